@@ -1,0 +1,29 @@
+"""The interface every attention backend implements (torch reference, Triton)."""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+
+from sgl_runtime.model_executor.forward_batch import ForwardBatch
+
+
+class AttentionBackend(abc.ABC):
+    """Owns nothing but a reference to the KV pool; per-batch metadata comes in ForwardBatch."""
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        """Precompute per-batch metadata once, before the layers run (optional)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
+        # q: [T, H, D]; k, v: [T, Hkv, D] -> [T, H, D]
+        self.kv_pool.set_kv_buffer(layer.layer_id, forward_batch.out_cache_loc, k, v)
+        if forward_batch.forward_mode.is_decode():
+            return self.forward_decode(q, layer, forward_batch)
+        return self.forward_extend(q, layer, forward_batch)
+
+    @abc.abstractmethod
+    def forward_extend(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def forward_decode(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor: ...

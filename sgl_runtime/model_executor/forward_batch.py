@@ -1,0 +1,64 @@
+"""The per-forward metadata handed explicitly from the ModelRunner to the model and attention.
+
+Contract (shared by models/, layers/attention, model_runner, kernels/):
+
+* EXTEND: every request i appends ``extend_seq_lens[i]`` new tokens on top of
+  ``extend_prefix_lens[i]`` tokens whose KV is already in the pool. This one mode serves plain
+  prefill (prefix 0), prefill on a radix-cache hit, chunked prefill, and mixed batches where
+  some requests decode one token while others jump forward several.
+* DECODE: every request appends exactly one token (extend_seq_lens all 1); backends may use a
+  split-KV decode kernel and the runner may replay a CUDA graph.
+
+Token-major tensors are ordered request by request: the new tokens of request 0, then of
+request 1, and so on.  KV slot indices for request i, position p are
+``req_to_token[req_pool_indices[i], p]``; the new tokens' slots are ``out_cache_loc`` and
+the runner has already written them into req_to_token before the forward.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+
+class ForwardMode(enum.IntEnum):
+    EXTEND = 1
+    DECODE = 2
+
+    def is_decode(self) -> bool:
+        return self == ForwardMode.DECODE
+
+    def is_extend(self) -> bool:
+        return self == ForwardMode.EXTEND
+
+
+@dataclass
+class ForwardBatch:
+    forward_mode: ForwardMode
+    batch_size: int
+    input_ids: torch.Tensor  # [T] int64, T = sum(extend_seq_lens)
+    positions: torch.Tensor  # [T] int64, absolute positions of the new tokens
+    req_pool_indices: torch.Tensor  # [B] int64 rows of req_to_token
+    seq_lens: torch.Tensor  # [B] int64, prefix + new tokens
+    extend_prefix_lens: torch.Tensor  # [B] int64
+    extend_seq_lens: torch.Tensor  # [B] int64 (all ones in DECODE)
+    extend_start_loc: torch.Tensor  # [B] int64, offset of request i's first new token in [T]
+    out_cache_loc: torch.Tensor  # [T] int64 KV slots for the new tokens
+    # Host mirrors, so backends and the runner need no device->host sync.
+    seq_lens_cpu: list[int]
+    extend_prefix_lens_cpu: list[int]
+    extend_seq_lens_cpu: list[int]
+    # Which rows of the hidden states need logits: [L] int64 indices into [T]. The runner
+    # normally asks for each request's last token, plus whole spans where prompt logprobs
+    # were requested.
+    logits_indices: torch.Tensor
+    # Set by the runner: the attention backend (holds the KV pool) and the req->token table.
+    attn_backend: Any = None
+    req_to_token: Optional[torch.Tensor] = None  # [max_reqs, max_context] int32/int64
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])

@@ -1,0 +1,134 @@
+"""The runtime's one configuration object, built from the CLI (or keyword arguments) in one place."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+
+
+def _arg(default: Any, help: str, choices: Optional[tuple] = None, **extra: Any):
+    """A dataclass field carrying its CLI help text, so each flag is defined exactly once."""
+    return field(default=default, metadata={"help": help, "choices": choices, **extra})
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    # Model and tokenizer
+    model_path: Optional[str] = _arg(None, "Local Hugging Face model directory; omit to serve the built-in demo model.")
+    tokenizer_path: Optional[str] = _arg(None, "Tokenizer directory (default: the model path).")
+    served_model_name: Optional[str] = _arg(None, "Model name reported by the API (default: the model path).")
+    chat_template: Optional[str] = _arg(None, "A Jinja chat template file or string overriding the tokenizer's own.")
+    dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float32 on CPU).", DTYPES)
+    load_format: str = _arg("auto", "auto/safetensors loads checkpoint weights; dummy makes random ones.", LOAD_FORMATS)
+    context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings).")
+    device: str = _arg("auto", "cpu or cuda (auto: cuda when available).", ("auto", "cpu", "cuda"))
+    random_seed: int = _arg(0, "Seed for weight initialisation (dummy/demo) and default sampling.")
+
+    # HTTP
+    host: str = _arg("127.0.0.1", "Address to bind.")
+    port: int = _arg(30000, "Port to bind.")
+    api_key: Optional[str] = _arg(None, "Require this key as 'Authorization: Bearer KEY' on every request.")
+    log_level: str = _arg("info", "Logging level.", ("debug", "info", "warning", "error"))
+    log_interval: int = _arg(40, "Log batch statistics every this many decode steps.")
+
+    # Memory and scheduling
+    mem_fraction_static: float = _arg(0.85, "Fraction of device memory for weights plus KV pool (GPU).")
+    max_total_tokens: Optional[int] = _arg(None, "KV pool size in tokens (overrides --mem-fraction-static).")
+    max_running_requests: Optional[int] = _arg(None, "Maximum requests in the running batch.")
+    chunked_prefill_size: int = _arg(8192, "Longest prefill chunk in tokens; -1 disables chunking.")
+    max_prefill_tokens: int = _arg(16384, "Token budget of one prefill batch.")
+    schedule_policy: str = _arg("lpm", "Order of waiting requests.", SCHEDULE_POLICIES)
+    schedule_conservativeness: float = _arg(1.0, "Scales the new-token reservation ratio (higher = fewer retractions).")
+    disable_radix_cache: bool = _arg(False, "Turn off prefix caching.")
+    stream_interval: int = _arg(1, "Send a streaming chunk every this many tokens.")
+
+    # Kernels and speed
+    attention_backend: str = _arg("auto", "Attention implementation (auto: triton on CUDA, torch on CPU).", ATTENTION_BACKENDS)
+    disable_cuda_graph: bool = _arg(False, "Run decode eagerly instead of under CUDA graphs.")
+    cuda_graph_max_bs: int = _arg(256, "Largest decode batch captured in a CUDA graph.")
+    disable_overlap_schedule: bool = _arg(False, "Do not overlap CPU scheduling with the GPU forward.")
+
+    # Constrained decoding
+    disable_jump_forward: bool = _arg(False, "Do not jump forward over forced constraint text.")
+    constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
+    constraint_compile_timeout: float = _arg(30.0, "Seconds one constraint may take to compile before it is rejected.")
+
+    def __post_init__(self) -> None:
+        for name, value in self._choice_fields():
+            if value not in self.__dataclass_fields__[name].metadata["choices"]:
+                raise ValueError(f"{name}={value!r} is not one of {self.__dataclass_fields__[name].metadata['choices']}")
+        if not 0.0 < self.mem_fraction_static <= 1.0:
+            raise ValueError(f"mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
+        for name in ("max_total_tokens", "max_running_requests", "context_length"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1:
+            raise ValueError(f"chunked_prefill_size must be positive or -1, got {self.chunked_prefill_size}")
+        if self.stream_interval < 1:
+            raise ValueError(f"stream_interval must be >= 1, got {self.stream_interval}")
+
+    def _choice_fields(self):
+        for f in dataclasses.fields(self):
+            if f.metadata.get("choices"):
+                yield f.name, getattr(self, f.name)
+
+    # Derived values
+    @property
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path or "sgl-demo"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def replace(self, **changes: Any) -> "ServerArgs":
+        return dataclasses.replace(self, **changes)
+
+    # CLI
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        for f in dataclasses.fields(ServerArgs):
+            flag = "--" + f.name.replace("_", "-")
+            help_text = f.metadata["help"] + " (default: %(default)s)"
+            if f.type in ("bool", bool):
+                parser.add_argument(flag, action="store_true", help=help_text)
+                continue
+            arg_type = {"int": int, "float": float}.get(str(f.type).replace("Optional[", "").rstrip("]"), str)
+            parser.add_argument(flag, type=arg_type, default=f.default, choices=f.metadata.get("choices"), help=help_text)
+
+    @staticmethod
+    def from_cli_args(args: argparse.Namespace) -> "ServerArgs":
+        return ServerArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServerArgs)})
+
+    @staticmethod
+    def from_kwargs(**kwargs: Any) -> "ServerArgs":
+        known = {f.name for f in dataclasses.fields(ServerArgs)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown server argument(s): {', '.join(unknown)}")
+        return ServerArgs(**kwargs)
+
+
+def parse_args(argv: Optional[list] = None) -> ServerArgs:
+    parser = argparse.ArgumentParser(
+        prog="python -m sgl_runtime.launch_server",
+        description="Serve a Hugging Face model with RadixAttention and constrained decoding.",
+    )
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs.from_cli_args(parser.parse_args(argv))
