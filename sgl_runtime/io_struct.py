@@ -64,6 +64,16 @@ class FlushCacheOut:
     message: str = ""
 
 
+@dataclass
+class GetStatsReq:
+    """Asks the scheduler process for Scheduler.get_stats() (used by /metrics and /get_server_info)."""
+
+
+@dataclass
+class GetStatsOut:
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 # --------------------------------------------------------------------------------------
 # Scheduler -> Detokenizer
 # --------------------------------------------------------------------------------------
