@@ -96,6 +96,7 @@ class ReqTokenOutput:
     new_output_token_logprobs: Optional[list] = None
     new_output_top_logprobs: Optional[list] = None
     error: Optional[str] = None  # a per-request failure (e.g. constraint compile error)
+    stop_strs: tuple = ()  # the request's stop strings, so the detokenizer holds back partial matches
 
 
 @dataclass
