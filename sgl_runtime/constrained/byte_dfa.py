@@ -1,0 +1,212 @@
+"""A minimal deterministic automaton over bytes, built from a regex or an interegular character FSM.
+
+Offers (stable interface, used by the token index and the lark grammar engine):
+
+- `ByteDFA(transitions, initial, accepting)`: `transitions` int32 [n_states, 256] (-1 = dead),
+  `accepting` bool [n_states]. States are numbered 0..n-1; every state can reach an accepting
+  state (dead states pruned), except possibly `initial` when the language is empty.
+- `ByteDFA.from_regex(pattern, max_states=...)`: Python `re` syntax via interegular (classes,
+  quantifiers incl. {m,n}, alternation, groups, escapes, Unicode), matching the whole text.
+- `ByteDFA.from_fsm(fsm, max_states=...)`: an `interegular.fsm.FSM` over characters (incl.
+  `anything_else`) expanded to UTF-8 bytes (only valid UTF-8 is accepted), then minimised.
+- `.walk(state, data) -> state or -1`, `.accepts(data: bytes | str)`, `.n_states`,
+  `.is_empty()`, `.live_bytes(state)` (bytes with a transition).
+Past `max_states` (or a malformed pattern) `ConstraintError` is raised naming the problem.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Union
+
+import interegular
+import numpy as np
+from interegular.fsm import anything_else
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.utf8_expansion import Utf8Expander
+
+DEFAULT_MAX_STATES = 200_000
+
+
+class ByteDFA:
+    """A byte-level DFA stored as compact numpy arrays."""
+
+    def __init__(self, transitions: np.ndarray, initial: int, accepting: np.ndarray) -> None:
+        self.transitions = np.ascontiguousarray(transitions, dtype=np.int32)  # [n_states, 256]
+        self.initial = int(initial)
+        self.accepting = np.asarray(accepting, dtype=bool)  # [n_states]
+
+    # ---- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_regex(cls, pattern: str, max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
+        """The minimal byte DFA of strings that fully match `pattern` (Python `re` syntax)."""
+        if not isinstance(pattern, str):
+            raise ConstraintError(f"regex must be a string, got {type(pattern).__name__}")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
+        try:
+            fsm = interegular.parse_pattern(pattern).to_fsm()
+        except (interegular.Unsupported, interegular.InvalidSyntax, NotImplementedError, ValueError) as exc:
+            raise ConstraintError(f"unsupported regex {pattern!r}: {exc or type(exc).__name__}") from None
+        return cls.from_fsm(fsm, max_states=max_states)
+
+    @classmethod
+    def from_fsm(cls, fsm: "interegular.fsm.FSM", max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
+        """UTF-8 expansion of a character FSM (incl. `anything_else`), minimised and pruned."""
+        if len(fsm.states) > max_states:
+            raise ConstraintError(f"constraint too large: {len(fsm.states)} character states > {max_states}")
+        states = sorted(fsm.states, key=repr)
+        number = {s: i for i, s in enumerate(states)}
+        expander = Utf8Expander(_code_point_partition(fsm), max_states=max_states)
+        symbol_targets = _symbol_target_table(fsm, states, number, expander.num_symbols)
+        accepting_chars = np.array([s in fsm.finals for s in states], dtype=bool)
+        table, accepting = expander.expand(symbol_targets, accepting_chars)
+        dfa = cls(table, number[fsm.initial], accepting)
+        return dfa._pruned()._minimised()
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def n_states(self) -> int:
+        return int(self.transitions.shape[0])
+
+    def walk(self, state: int, data: bytes) -> int:
+        """The state after consuming `data` from `state`, or -1 if it dies."""
+        table = self.transitions
+        for b in data:
+            if state < 0:
+                return -1
+            state = int(table[state, b])
+        return state
+
+    def accepts(self, data: Union[bytes, str]) -> bool:
+        if isinstance(data, str):
+            try:
+                data = data.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        state = self.walk(self.initial, data)
+        return state >= 0 and bool(self.accepting[state])
+
+    def is_empty(self) -> bool:
+        """True when no string is accepted."""
+        return not self.accepting.any()
+
+    def live_bytes(self, state: int) -> np.ndarray:
+        """The byte values with a transition out of `state`."""
+        return np.nonzero(self.transitions[state] >= 0)[0]
+
+    # ---- private: pruning and minimisation -----------------------------------------------
+
+    def _pruned(self) -> "ByteDFA":
+        """Drop states unreachable from `initial` or unable to reach an accepting state."""
+        n = self.n_states
+        reach = _closure(np.array([self.initial]), self.transitions, n)
+        src, byte = np.nonzero(self.transitions >= 0)
+        dst = self.transitions[src, byte]
+        rev = _reverse_closure(np.nonzero(self.accepting)[0], src, dst, n)
+        keep = reach & rev
+        keep[self.initial] = True
+        return self._renumbered(np.nonzero(keep)[0])
+
+    def _renumbered(self, kept: np.ndarray) -> "ByteDFA":
+        new_id = np.full(self.n_states + 1, -1, dtype=np.int32)
+        new_id[kept] = np.arange(len(kept), dtype=np.int32)
+        table = new_id[self.transitions[kept]]  # -1 maps through new_id[-1] == -1
+        return ByteDFA(table, int(new_id[self.initial]), self.accepting[kept])
+
+    def _minimised(self) -> "ByteDFA":
+        """Moore partition refinement over byte classes, vectorised with numpy."""
+        n = self.n_states
+        if n <= 1:
+            return self
+        _, class_cols = np.unique(self.transitions, axis=1, return_index=True)
+        table = self.transitions[:, np.sort(class_cols)]  # [n, n_byte_classes]
+        block = self.accepting.astype(np.int64)
+        while True:
+            targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
+            signature = np.concatenate([block[:, None], targets], axis=1)
+            _, new_block = np.unique(signature, axis=0, return_inverse=True)
+            new_block = new_block.reshape(-1)
+            if new_block.max() == block.max():
+                break
+            block = new_block
+        if block.max() + 1 == n:
+            return self
+        first = np.unique(block, return_index=True)[1]  # a representative per block
+        merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
+        return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
+
+
+def _closure(start: np.ndarray, table: np.ndarray, n: int) -> np.ndarray:
+    seen = np.zeros(n, dtype=bool)
+    seen[start] = True
+    frontier = start
+    while frontier.size:
+        nxt = np.unique(table[frontier].ravel())
+        nxt = nxt[nxt >= 0]
+        nxt = nxt[~seen[nxt]]
+        seen[nxt] = True
+        frontier = nxt
+    return seen
+
+
+def _reverse_closure(finals: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    seen = np.zeros(n, dtype=bool)
+    seen[finals] = True
+    order = np.argsort(dst, kind="stable")
+    src, dst = src[order], dst[order]
+    frontier = finals
+    while frontier.size:
+        lo = np.searchsorted(dst, frontier, "left")
+        hi = np.searchsorted(dst, frontier, "right")
+        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(lo) else np.empty(0, int)
+        prev = np.unique(src[idx])
+        prev = prev[~seen[prev]]
+        seen[prev] = True
+        frontier = prev
+    return seen
+
+
+def _code_point_partition(fsm: "interegular.fsm.FSM") -> tuple[np.ndarray, np.ndarray, int]:
+    """Code-point segments (sorted starts) and each segment's alphabet symbol; symbol
+    `dead` for code points with no symbol (no anything_else) and for surrogates."""
+    alphabet = fsm.alphabet
+    explicit = sorted((ord(c), alphabet[c]) for c in alphabet if c is not anything_else and len(c) == 1)
+    symbols = {s for s in alphabet.values()}
+    dead = max(symbols, default=-1) + 1
+    other = alphabet[anything_else] if anything_else in alphabet else dead
+    starts, syms = [0], [other]
+    for cp, sym in explicit:
+        if starts[-1] == cp:
+            syms[-1] = sym
+        else:
+            starts.append(cp)
+            syms.append(sym)
+        starts.append(cp + 1)
+        syms.append(other)
+    starts_arr, syms_arr = np.array(starts, dtype=np.int64), np.array(syms, dtype=np.int64)
+    # Surrogates are never valid UTF-8: force them dead.
+    surrogate = (starts_arr >= 0xD800) & (starts_arr <= 0xDFFF)
+    starts_arr, syms_arr = starts_arr[~surrogate], syms_arr[~surrogate]
+    before = np.searchsorted(starts_arr, 0xE000, "right") - 1
+    after_sym = syms_arr[before]
+    ins = np.searchsorted(starts_arr, 0xD800)
+    starts_arr = np.insert(starts_arr, ins, [0xD800, 0xE000])
+    syms_arr = np.insert(syms_arr, ins, [dead, after_sym])
+    keep = np.ones(len(starts_arr), dtype=bool)
+    keep[1:] = syms_arr[1:] != syms_arr[:-1]
+    return starts_arr[keep], syms_arr[keep], dead
+
+
+def _symbol_target_table(fsm, states: list, number: dict, num_symbols: int) -> np.ndarray:
+    """[n_char_states, num_symbols] next character state (-1 dead)."""
+    table = np.full((len(states), num_symbols), -1, dtype=np.int64)
+    for s in states:
+        for sym, t in fsm.map.get(s, {}).items():
+            table[number[s], sym] = number[t]
+    return table
