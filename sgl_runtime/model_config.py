@@ -1,0 +1,149 @@
+"""The model's shape, dtype, context length and EOS ids, resolved from a local checkpoint directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import torch
+
+from sgl_runtime.tokenizer_utils import read_checkpoint_eos_ids, read_tokenizer_eos_ids
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "half": torch.float16,
+           "float": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CPU_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def load_hf_config(model_path: str):
+    """config.json as a transformers config object (a generic one for model types transformers lacks)."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    config_file = os.path.join(model_path, "config.json")
+    if not os.path.isfile(config_file):
+        raise FileNotFoundError(f"{model_path!r} is not a model directory: config.json is missing")
+    try:
+        return AutoConfig.from_pretrained(model_path, local_files_only=True)
+    except (ValueError, KeyError):
+        with open(config_file, encoding="utf-8") as f:
+            return PretrainedConfig(**json.load(f))
+
+
+def rope_parameters(hf_config) -> dict[str, Any]:
+    """rope_theta, rope_type and scaling fields, from transformers 5's rope_parameters or the older fields."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    legacy = getattr(hf_config, "rope_scaling", None)
+    if legacy and not params.get("rope_type"):
+        params.update(legacy)
+    params.setdefault("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
+    params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
+    return params
+
+
+def parse_dtype(name: Union[str, torch.dtype]) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    key = str(name).replace("torch.", "")
+    if key not in _DTYPES:
+        raise ValueError(f"unsupported dtype {name!r}; use one of float32, float16, bfloat16")
+    return _DTYPES[key]
+
+
+def resolve_dtype(requested: Union[str, torch.dtype], config_dtype: Optional[str], device: str) -> torch.dtype:
+    """'auto' follows the checkpoint's dtype (float16 becomes float32 on CPU); CPU runs float32 or bfloat16."""
+    on_cpu = str(device).startswith("cpu")
+    if requested == "auto":
+        if config_dtype is None:
+            return torch.float32 if on_cpu else torch.bfloat16
+        dtype = parse_dtype(config_dtype)
+        return torch.float32 if on_cpu and dtype == torch.float16 else dtype
+    dtype = parse_dtype(requested)
+    if on_cpu and dtype not in CPU_DTYPES:
+        raise ValueError(f"dtype {dtype} is not supported on CPU; use float32 or bfloat16")
+    return dtype
+
+
+@dataclass
+class ModelConfig:
+    model_path: str
+    hf_config: Any
+    dtype: torch.dtype
+    context_length: int
+    eos_token_ids: set[int]
+
+    @staticmethod
+    def from_path(
+        path: str, dtype: Union[str, torch.dtype] = "auto", context_length: Optional[int] = None, device: str = "cpu"
+    ) -> "ModelConfig":
+        hf_config = load_hf_config(path)
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            raw = json.load(f)
+        config_dtype = raw.get("torch_dtype") or raw.get("dtype")
+        eos = read_checkpoint_eos_ids(path) | read_tokenizer_eos_ids(path)
+        return ModelConfig(
+            model_path=path,
+            hf_config=hf_config,
+            dtype=resolve_dtype(dtype, config_dtype, device),
+            context_length=_resolve_context_length(hf_config, context_length),
+            eos_token_ids=eos,
+        )
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(getattr(self.hf_config, "architectures", None) or [])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf_config.vocab_size)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.hf_config.hidden_size)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.hf_config.num_hidden_layers)
+
+    @property
+    def num_attention_heads(self) -> int:
+        return int(self.hf_config.num_attention_heads)
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(getattr(self.hf_config, "num_key_value_heads", None) or self.num_attention_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return head_dim_of(self.hf_config)
+
+
+def head_dim_of(hf_config) -> int:
+    explicit = getattr(hf_config, "head_dim", None)
+    return int(explicit) if explicit else hf_config.hidden_size // hf_config.num_attention_heads
+
+
+def sliding_window_of(hf_config) -> Optional[int]:
+    if not getattr(hf_config, "use_sliding_window", True):
+        return None
+    return getattr(hf_config, "sliding_window", None)
+
+
+def _resolve_context_length(hf_config, requested: Optional[int]) -> int:
+    model_max = int(getattr(hf_config, "max_position_embeddings", 0) or 2048)
+    # The attention backends attend to the whole sequence; a sliding-window model (Mistral v0.1) is exact
+    # only while sequences fit in the window, so the window caps the context length.
+    window = sliding_window_of(hf_config)
+    if window and window < model_max:
+        logger.info("sliding window %d caps the context length (model max %d)", window, model_max)
+        model_max = int(window)
+    if requested is None:
+        return model_max
+    if requested <= 0:
+        raise ValueError(f"context_length must be positive, got {requested}")
+    if requested > model_max:
+        raise ValueError(f"context_length={requested} exceeds the model's maximum of {model_max} tokens")
+    return int(requested)

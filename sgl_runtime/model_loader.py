@@ -1,0 +1,101 @@
+"""Builds a model from a local checkpoint: the class from the registry, weights from *.safetensors (or dummy)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from sgl_runtime.model_config import load_hf_config
+from sgl_runtime.models.registry import get_model_class
+
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+DUMMY_WEIGHT_RANGE = 0.02
+
+
+def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: str = "auto", seed: int = 0) -> nn.Module:
+    """The model in eval mode on `device` in `dtype`; load_format "dummy" makes seeded random weights."""
+    if load_format not in LOAD_FORMATS:
+        raise ValueError(f"load_format={load_format!r} is not one of {LOAD_FORMATS}")
+    hf_config = load_hf_config(model_path)
+    model_class = get_model_class(getattr(hf_config, "architectures", None))
+    model = build_empty_model(model_class, hf_config, dtype, device)
+    if load_format == "dummy":
+        init_dummy_weights(model, seed)
+    else:
+        load_safetensors_weights(model, model_path)
+    return model.eval()
+
+
+def build_empty_model(model_class: type[nn.Module], hf_config, dtype: torch.dtype, device: str) -> nn.Module:
+    """Construct on the meta device (no init cost, no host copy), then allocate uninitialised storage on `device`."""
+    with _default_dtype(dtype), torch.device("meta"):
+        model = model_class(hf_config)
+    model = model.to_empty(device=device)
+    model.tie_weights()  # to_empty gives every module fresh parameters, which unties shared ones
+    for module in model.modules():
+        if hasattr(module, "reset_buffers"):
+            module.reset_buffers()
+    return model
+
+
+@torch.no_grad()
+def init_dummy_weights(model: nn.Module, seed: int) -> None:
+    """Uniform(-0.02, 0.02) for matrices and biases, ones for norm weights; seeded, generated on the device."""
+    first = next(model.parameters())
+    generator = torch.Generator(device=first.device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("norm.weight"):
+            param.fill_(1.0)
+        else:
+            param.uniform_(-DUMMY_WEIGHT_RANGE, DUMMY_WEIGHT_RANGE, generator=generator)
+
+
+def load_safetensors_weights(model: nn.Module, model_path: str) -> None:
+    files = safetensors_files(model_path)
+    loaded = model.load_weights(iter_safetensors(files))
+    missing = sorted(set(dict(model.named_parameters())) - loaded)
+    if missing:
+        shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise ValueError(f"checkpoint {model_path!r} lacks weights for {len(missing)} parameters: {shown}")
+
+
+def safetensors_files(model_path: str) -> list[str]:
+    """Shards named by model.safetensors.index.json, else every *.safetensors file in the directory."""
+    index_file = os.path.join(model_path, "model.safetensors.index.json")
+    if os.path.isfile(index_file):
+        with open(index_file, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        files = [os.path.join(model_path, shard) for shard in shards]
+        absent = [f for f in files if not os.path.isfile(f)]
+        if absent:
+            raise FileNotFoundError(f"shards listed in {index_file} are missing: {absent}")
+        return files
+    files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {model_path!r} (use load_format='dummy' for random weights)")
+    return files
+
+
+def iter_safetensors(files: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    for path in files:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
