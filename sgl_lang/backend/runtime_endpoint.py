@@ -1,0 +1,166 @@
+"""Backend for a running sgl_runtime (or SGLang) server over its native HTTP API, with `requests`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Optional
+
+import requests
+
+from sgl_lang.backend.base import BackendError, BaseBackend
+from sgl_lang.chat_template import ChatTemplate, chat_template_from_jinja
+from sgl_lang.choices import ChoicesDecision, ChoicesSamplingMethod, normalized_prompt_logprob
+from sgl_lang.sampling_params import SglSamplingParams
+
+
+class RuntimeEndpoint(BaseBackend):
+    """A server at `base_url` speaking POST /generate, GET /get_model_info, /get_server_info, ..."""
+
+    def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = 600.0,
+                 chat_template: Optional[ChatTemplate] = None):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self.model_info = self._request("GET", "/get_model_info")
+        self.chat_template = chat_template or chat_template_from_jinja(
+            self.model_info.get("chat_template"), self.model_info.get("special_tokens")
+        )
+
+    # Server information and cache control
+    def get_model_name(self) -> str:
+        return self.model_info.get("model_path") or "unknown"
+
+    def get_chat_template(self) -> ChatTemplate:
+        return self.chat_template
+
+    def get_server_info(self) -> dict:
+        return self._request("GET", "/get_server_info")
+
+    def flush_cache(self) -> None:
+        self._request("POST", "/flush_cache")
+
+    def cache_prefix(self, prefix: str) -> None:
+        if prefix:
+            self._generate({"text": prefix, "sampling_params": {"max_new_tokens": 0}})
+
+    def commit_lazy_operations(self, s) -> None:
+        self.cache_prefix(s.text_)
+
+    # Generation
+    def generate(self, s, sampling_params: SglSamplingParams) -> tuple[str, dict]:
+        obj = self._generate(self._generate_body(s.text_, sampling_params))
+        return obj["text"], obj["meta_info"]
+
+    def generate_stream(self, s, sampling_params: SglSamplingParams) -> Iterator[tuple[str, dict]]:
+        body = {**self._generate_body(s.text_, sampling_params), "stream": True}
+        sent = 0
+        for event in self._stream("/generate", body):
+            new_text = event["text"][sent:]
+            sent = len(event["text"])
+            yield new_text, event.get("meta_info", {})
+
+    def select(self, s, choices: list, temperature: float, choices_method: ChoicesSamplingMethod) -> ChoicesDecision:
+        """Score every choice exactly with prompt logprobs: commit the prefix, then one batched request."""
+        if temperature > 1e-5:
+            raise ValueError("select scores choices by their logprobs; temperature must be 0")
+        prefix = s.text_
+        prompt_len = self._generate({"text": prefix, "sampling_params": {"max_new_tokens": 0}})["meta_info"]["prompt_tokens"] if prefix else 0
+        results = self._generate({
+            "text": [prefix + choice for choice in choices],
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": True,
+            "return_text_in_logprobs": True,
+            "logprob_start_len": max(prompt_len - 1, 0),
+        })
+        inputs = [choice_token_logprobs(prefix, r["meta_info"]["input_token_logprobs"], prompt_len) for r in results]
+        unconditional = self._unconditional(inputs) if choices_method.requires_unconditional_logprobs else None
+        return choices_method(
+            choices=choices,
+            normalized_prompt_logprobs=[normalized_prompt_logprob(entries) for entries in inputs],
+            input_token_logprobs=inputs,
+            output_token_logprobs=[r["meta_info"].get("output_token_logprobs", []) for r in results],
+            unconditional_token_logprobs=unconditional,
+        )
+
+    def _unconditional(self, inputs: list) -> list:
+        results = self._generate({
+            "input_ids": [[entry[1] for entry in entries] for entries in inputs],
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        })
+        return [r["meta_info"]["input_token_logprobs"] for r in results]
+
+    @staticmethod
+    def _generate_body(text: str, sampling_params: SglSamplingParams) -> dict:
+        if sampling_params.n not in (None, 1):
+            raise ValueError("gen supports n=1 only; fork the program for several samples")
+        sampling, request = sampling_params.to_request()
+        return {"text": text, "sampling_params": sampling, **request}
+
+    # HTTP
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _generate(self, body: dict) -> Any:
+        return self._request("POST", "/generate", body)
+
+    def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+        try:
+            res = requests.request(method, self.base_url + path, json=body, headers=self._headers(), timeout=self.timeout)
+        except requests.RequestException as e:
+            raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
+        _raise_for_status(res)
+        return res.json() if res.content else None
+
+    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+        try:
+            res = requests.post(self.base_url + path, json=body, headers=self._headers(), stream=True, timeout=self.timeout)
+        except requests.RequestException as e:
+            raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
+        with res:
+            _raise_for_status(res)
+            for line in res.iter_lines(decode_unicode=False):
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                event = json.loads(payload)
+                if "error" in event:
+                    raise BackendError(_error_message(event))
+                yield event
+
+
+def choice_token_logprobs(prefix: str, entries: list, prompt_len: int) -> list:
+    """The logprob entries of a choice's own tokens.
+
+    Entries start one token before the choice (at the prefix's last token) so that a token
+    spanning the prefix/choice boundary is scored with the choice; when that first token still
+    belongs to the prefix alone (its text ends the prefix), it is dropped.
+    """
+    if prompt_len == 0 or not entries:
+        return list(entries)
+    first_text = entries[0][2] if len(entries[0]) > 2 else None
+    if first_text is not None and prefix.endswith(first_text):
+        return list(entries[1:])
+    return list(entries)
+
+
+def _error_message(obj: Any) -> str:
+    if isinstance(obj, dict):
+        for key in ("error", "message", "detail"):
+            if key in obj:
+                return _error_message(obj[key])
+        return json.dumps(obj)
+    return str(obj)
+
+
+def _raise_for_status(res: requests.Response) -> None:
+    if res.status_code < 400:
+        return
+    try:
+        message = _error_message(res.json())
+    except ValueError:
+        message = res.text
+    raise BackendError(f"HTTP {res.status_code} from {res.url}: {message}", res.status_code)

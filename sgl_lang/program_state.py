@@ -1,0 +1,198 @@
+"""ProgramState: the `s` a program body writes to and a caller reads results from."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from typing import Any, AsyncIterator, Iterator, Optional, Union
+
+from sgl_lang.interpreter import ProgramError, StreamExecutor
+from sgl_lang.ir import (
+    SglCommitLazy, SglExpr, SglExprList, SglRoleBegin, SglRoleEnd, SglVarScopeBegin, SglVarScopeEnd, to_expr,
+)
+
+_STOP = object()
+
+
+class ProgramState:
+    """Handle on one running (or finished) program; reads block until the values exist."""
+
+    def __init__(self, stream_executor: StreamExecutor):
+        self.stream_executor = stream_executor
+        self.ret_value: Any = None
+
+    # Writing
+    def __iadd__(self, other: Any) -> "ProgramState":
+        self.stream_executor.submit(to_expr(other))
+        return self
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.set_var(name, value)
+
+    def system(self, expr: Any = None):
+        return self._role("system", expr)
+
+    def user(self, expr: Any = None):
+        return self._role("user", expr)
+
+    def assistant(self, expr: Any = None):
+        return self._role("assistant", expr)
+
+    def _role(self, role: str, expr: Any):
+        if expr is not None:
+            self += SglExprList([SglRoleBegin(role), to_expr(expr), SglRoleEnd(role)])
+            return None
+        return self._scope(SglRoleBegin(role), SglRoleEnd(role))
+
+    def var_scope(self, name: str):
+        """`with s.var_scope("x"): ...` stores all text appended inside the block as variable x."""
+        return self._scope(SglVarScopeBegin(name), SglVarScopeEnd(name))
+
+    @contextmanager
+    def _scope(self, begin: SglExpr, end: SglExpr):
+        self.stream_executor.submit(begin)
+        yield
+        self.stream_executor.submit(end)
+
+    # Reading
+    def __getitem__(self, name: str) -> Any:
+        return self.get_var(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.stream_executor.variable_event or name in self.stream_executor.variables
+
+    def get_var(self, name: str) -> Any:
+        return self.stream_executor.get_var(name)
+
+    def set_var(self, name: str, value: Any) -> None:
+        self.stream_executor.set_var(name, value)
+
+    def get_meta_info(self, name: str) -> dict:
+        """Meta info of gen/select `name` (token counts, cached_tokens, finish_reason, logprobs, scores)."""
+        self.get_var(name)
+        return self.stream_executor.meta_info.get(name, {})
+
+    def text(self) -> str:
+        self.sync()
+        return self.stream_executor.text_
+
+    def messages(self) -> list:
+        """The chat turns so far as an OpenAI-style list of {"role", "content"}."""
+        self.sync()
+        return [dict(message) for message in self.stream_executor.messages_]
+
+    def sync(self) -> "ProgramState":
+        self.stream_executor.sync()
+        return self
+
+    def error(self) -> Optional[BaseException]:
+        """The exception that stopped the program, or None."""
+        self.sync()
+        return self.stream_executor.error_
+
+    # Forking
+    def fork(self, size: int = 1) -> "ProgramStateGroup":
+        """`size` branches that continue from this state's text; the shared prefix is committed
+        to the backend first (for size > 1) so every branch hits the prefix cache."""
+        if size < 1:
+            raise ValueError(f"fork size must be >= 1, got {size}")
+        if size > 1:
+            self.stream_executor.submit(SglCommitLazy())
+        self.sync()
+        branches = [ProgramState(self.stream_executor.fork_copy()) for _ in range(size)]
+        return ProgramStateGroup(branches, self)
+
+    def copy(self) -> "ProgramState":
+        return self.fork(1)[0]
+
+    # Streaming
+    def text_iter(self, var_name: Optional[str] = None) -> Iterator[str]:
+        """Chunks of the program's text (or of one variable) as they are produced."""
+        executor, sent = self.stream_executor, 0
+        while True:
+            with executor.changed:
+                executor.changed.wait_for(lambda: self._stream_ready(var_name, sent))
+                current, done = self._stream_snapshot(var_name)
+            if len(current) > sent:
+                yield current[sent:]
+                sent = len(current)
+            elif done:
+                return
+
+    def _stream_snapshot(self, var_name: Optional[str]) -> tuple[str, bool]:
+        executor = self.stream_executor
+        if var_name is None:
+            return executor.text_, executor.finished or executor.error_ is not None
+        event = executor.variable_event.get(var_name)
+        done = executor.finished or executor.error_ is not None or (event is not None and event.is_set())
+        return executor.partial_values.get(var_name, ""), done
+
+    def _stream_ready(self, var_name: Optional[str], sent: int) -> bool:
+        current, done = self._stream_snapshot(var_name)
+        return done or len(current) > sent
+
+    async def text_async_iter(self, var_name: Optional[str] = None) -> AsyncIterator[str]:
+        """`text_iter` for asyncio code: the blocking waits run in the default executor."""
+        chunks = self.text_iter(var_name)
+        loop = asyncio.get_running_loop()
+        while True:
+            chunk = await loop.run_in_executor(None, next, chunks, _STOP)
+            if chunk is _STOP:
+                return
+            yield chunk
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.text_async_iter()
+
+    def __repr__(self) -> str:
+        return f"ProgramState({self.text()!r})"
+
+
+class ProgramStateGroup:
+    """The branches returned by `fork`; `join()` gathers their new variables into the parent."""
+
+    def __init__(self, states: list, parent: ProgramState):
+        self.states = states
+        self.parent = parent
+
+    def __getitem__(self, i: int) -> ProgramState:
+        return self.states[i]
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def __iter__(self) -> Iterator[ProgramState]:
+        return iter(self.states)
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        raise TypeError("fork branches cannot be replaced; use `forks[i] += ...`")
+
+    def __iadd__(self, other: Union[Any, list]) -> "ProgramStateGroup":
+        """Append to every branch (a list appends its i-th item to branch i)."""
+        if isinstance(other, list):
+            if len(other) != len(self.states):
+                raise ValueError(f"got {len(other)} items for {len(self.states)} branches")
+            for state, item in zip(self.states, other):
+                state += item
+        else:
+            for state in self.states:
+                state += other
+        return self
+
+    def join(self, mode: str = "gather_variable") -> None:
+        """Wait for every branch; each variable a branch created becomes a list in the parent."""
+        if mode != "gather_variable":
+            raise ValueError(f"join mode {mode!r} is not supported; use 'gather_variable'")
+        parent = self.parent.stream_executor
+        existing = set(parent.variables)
+        gathered: dict = {}
+        for i, state in enumerate(self.states):
+            executor = state.stream_executor
+            executor.end()
+            if executor.error_ is not None and parent.error_ is None:
+                parent.fail(ProgramError(f"fork branch {i} failed: {executor.error_}"))
+            for name in executor.variables:
+                if name not in existing:
+                    gathered.setdefault(name, []).append(executor.variables[name])
+        for name, values in gathered.items():
+            parent.set_var(name, values)
