@@ -9,6 +9,7 @@ Offers (stable interface, used by the token index and the lark grammar engine):
   quantifiers incl. {m,n}, alternation, groups, escapes, Unicode), matching the whole text.
 - `ByteDFA.from_fsm(fsm, max_states=...)`: an `interegular.fsm.FSM` over characters (incl.
   `anything_else`) expanded to UTF-8 bytes (only valid UTF-8 is accepted), then minimised.
+- `ByteDFA.from_strings(strings)`: exactly these strings (a minimised trie).
 - `.walk(state, data) -> state or -1`, `.accepts(data: bytes | str)`, `.n_states`,
   `.is_empty()`, `.live_bytes(state)` (bytes with a transition).
 Past `max_states` (or a malformed pattern) `ConstraintError` is raised naming the problem.
@@ -67,6 +68,24 @@ class ByteDFA:
         table, accepting = expander.expand(symbol_targets, accepting_chars)
         dfa = cls(table, number[fsm.initial], accepting)
         return dfa._pruned()._minimised()
+
+    @classmethod
+    def from_strings(cls, strings: list[str], max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
+        """The minimal byte DFA accepting exactly `strings` (a trie, then minimised)."""
+        rows: list[np.ndarray] = [np.full(256, -1, dtype=np.int32)]
+        accepting = [False]
+        for text in strings:
+            state = 0
+            for b in text.encode("utf-8"):
+                if rows[state][b] < 0:
+                    if len(rows) >= max_states:
+                        raise ConstraintError(f"choices too large: more than {max_states} states")
+                    rows[state][b] = len(rows)
+                    rows.append(np.full(256, -1, dtype=np.int32))
+                    accepting.append(False)
+                state = int(rows[state][b])
+            accepting[state] = True
+        return cls(np.stack(rows), 0, np.array(accepting))._minimised()
 
     # ---- queries --------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ Offers (stable interface, used by the token index, jump-forward and the lark gra
 - `vocab.eos_token_ids`: sorted tuple of EOS ids (allowed only where a constraint accepts).
 - `vocab.num_words`: ceil(size / 32), the length of a packed int32 bitmask.
 - `vocab.byte_table()`: (unique byte strings, token -> unique index) for vectorised walks.
+- `vocab.walk_table()`: the unique strings as a column-major byte matrix for level-wise walks.
 - `vocab.encode(text)`: the tokenizer's canonical ids for `text` (no special tokens added).
 - `vocab.ids_for_bytes(data)`: ids whose bytes equal `data`.
 """
@@ -74,6 +75,10 @@ class Vocabulary:
         """Deduplicated non-empty token byte strings and, per token id, its index there (-1: none)."""
         return self._byte_table
 
+    def walk_table(self) -> "WalkTable":
+        """Unique token strings sorted by length (longest first) as a [max_len, n] byte matrix."""
+        return self._walk_table
+
     def encode(self, text: str) -> list[int]:
         """The tokenizer's canonical token ids for `text`, without special tokens."""
         tok = self.tokenizer
@@ -102,12 +107,37 @@ class Vocabulary:
         return list(index), token_to_unique
 
     @cached_property
+    def _walk_table(self) -> "WalkTable":
+        return WalkTable(*self._byte_table)
+
+    @cached_property
     def _ids_by_bytes(self) -> dict[bytes, list[int]]:
         out: dict[bytes, list[int]] = {}
         for i, b in enumerate(self.token_bytes):
             if b:
                 out.setdefault(b, []).append(i)
         return out
+
+
+class WalkTable:
+    """Unique token strings laid out so that a DFA can consume byte j of all of them at once.
+
+    `order[r]` is the unique-string index of row r; rows are sorted by length, longest first,
+    so the strings longer than j are exactly rows [0, counts[j]). `matrix[j, r]` is byte j of
+    row r (0 past its end). `lengths[r]` is its length. `token_row[i]` is token i's row or -1.
+    """
+
+    def __init__(self, strings: list[bytes], token_to_unique: np.ndarray) -> None:
+        lengths = np.array([len(s) for s in strings], dtype=np.int64)
+        self.order = np.argsort(-lengths, kind="stable")
+        self.lengths = lengths[self.order]
+        max_len = int(self.lengths[0]) if len(strings) else 0
+        self.counts = np.array([(self.lengths > j).sum() for j in range(max_len)], dtype=np.int64)
+        flat = np.frombuffer(b"".join(strings[r].ljust(max_len, b"\0") for r in self.order), dtype=np.uint8)
+        self.matrix = np.ascontiguousarray(flat.reshape(len(strings), max_len).T)  # [max_len, n_unique]
+        row_of_unique = np.empty(len(strings), dtype=np.int64)
+        row_of_unique[self.order] = np.arange(len(strings))
+        self.token_row = np.where(token_to_unique >= 0, row_of_unique[np.maximum(token_to_unique, 0)], -1)
 
 
 class _PerTokenizerCache:

@@ -1,0 +1,91 @@
+"""Dispatches a constraint spec of a given kind to its compiler and wraps the result.
+
+regex and choices compile here; json_schema goes to `json_schema.schema_to_fsm` (a character
+FSM, then the same byte DFA path); grammar goes to `grammar.compile_grammar`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterable, Optional
+
+from sgl_runtime.constrained.byte_dfa import DEFAULT_MAX_STATES, ByteDFA
+from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.vocabulary import Vocabulary
+
+KINDS = ("regex", "json_schema", "grammar", "choices")
+_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth"}
+_tokenizers_by_path: dict[str, Any] = {}
+_path_lock = threading.Lock()
+
+
+def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Optional[int] = None,
+                       eos_token_ids: Optional[Iterable[int]] = None, **options: Any) -> Constraint:
+    """Compile `spec` into a Constraint over `tokenizer`'s vocabulary (`vocab_size` wide)."""
+    if kind not in KINDS:
+        raise ConstraintError(f"unknown constraint kind {kind!r}; expected one of {', '.join(KINDS)}")
+    vocabulary = Vocabulary.from_tokenizer(resolve_tokenizer(tokenizer), vocab_size, eos_token_ids)
+    if kind == "grammar":
+        from sgl_runtime.constrained.grammar import compile_grammar
+
+        return compile_grammar(spec, vocabulary, **options)
+    max_states = options.pop("max_states", DEFAULT_MAX_STATES)
+    if kind == "regex":
+        _no_options(kind, options)
+        dfa, description = ByteDFA.from_regex(spec, max_states=max_states), f"regex:{spec}"
+    elif kind == "choices":
+        _no_options(kind, options)
+        dfa, description = ByteDFA.from_strings(_check_choices(spec), max_states=max_states), f"choices:{spec}"
+    else:
+        dfa, description = _schema_dfa(spec, options, max_states), "json_schema"
+    if dfa.is_empty():
+        raise ConstraintError(f"the {kind} constraint matches no string at all")
+    return DFAConstraint(dfa, vocabulary, description)
+
+
+def resolve_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object as is; a path loads (once per path) the tokenizer stored there."""
+    if not isinstance(tokenizer, (str, bytes)) and not hasattr(tokenizer, "__fspath__"):
+        return tokenizer
+    path = str(tokenizer)
+    with _path_lock:
+        if path not in _tokenizers_by_path:
+            from sgl_runtime.tokenizer_utils import load_tokenizer
+
+            try:
+                _tokenizers_by_path[path] = load_tokenizer(path)
+            except (OSError, ValueError) as exc:
+                raise ConstraintError(f"cannot load a tokenizer from {path!r}: {exc}") from None
+        return _tokenizers_by_path[path]
+
+
+def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
+    unknown = set(options) - _SCHEMA_OPTIONS
+    if unknown:
+        raise ConstraintError(f"unknown json_schema option(s): {', '.join(sorted(unknown))}")
+    if isinstance(spec, (str, bytes)):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise ConstraintError(f"json_schema is not valid JSON: {exc}") from None
+    if not isinstance(spec, (dict, bool)):
+        raise ConstraintError(f"json_schema must be an object or a boolean, got {type(spec).__name__}")
+    from sgl_runtime.constrained.json_schema import schema_to_fsm
+
+    return ByteDFA.from_fsm(schema_to_fsm(spec, **options), max_states=max_states)
+
+
+def _check_choices(spec: Any) -> list[str]:
+    if isinstance(spec, str) or not isinstance(spec, (list, tuple)) or not spec:
+        raise ConstraintError("choices must be a non-empty list of strings")
+    bad = [c for c in spec if not isinstance(c, str)]
+    if bad:
+        raise ConstraintError(f"choices must be strings, got {bad[0]!r}")
+    return list(spec)
+
+
+def _no_options(kind: str, options: dict) -> None:
+    if options:
+        raise ConstraintError(f"unknown {kind} option(s): {', '.join(sorted(options))}")
