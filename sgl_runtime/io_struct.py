@@ -97,6 +97,8 @@ class ReqTokenOutput:
     new_output_top_logprobs: Optional[list] = None
     error: Optional[str] = None  # a per-request failure (e.g. constraint compile error)
     stop_strs: tuple = ()  # the request's stop strings, so the detokenizer holds back partial matches
+    index: int = 0  # which of the request's n samples this is (n > 1 fans out inside the scheduler)
+    forward_passes: int = 0  # forward passes the request took part in (jump-forward makes it < tokens)
 
 
 @dataclass
