@@ -45,6 +45,7 @@ class RadixCache:
     """Prefix cache: match, insert, lock (ref counts to the root) and LRU-evict token runs."""
 
     def __init__(self, disable: bool = False, device: str | torch.device = "cpu") -> None:
+        """`device`: where empty results are created; pass the KV pool's device."""
         self.disable = disable
         self.device = torch.device(device)
         self.reset()
@@ -218,7 +219,7 @@ class RadixCache:
         return upper
 
     def _add_leaf(self, parent: TreeNode, key: list[int], value: torch.Tensor, time: int) -> None:
-        leaf_value = value.to(device=self.device, dtype=torch.int64, copy=True)
+        leaf_value = value.to(dtype=torch.int64, copy=True)  # stays on the caller's device
         parent.children[key[0]] = TreeNode(key, leaf_value, parent, time)
         self._evictable_size += len(key)
 
