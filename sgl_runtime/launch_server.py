@@ -1,0 +1,105 @@
+"""`python -m sgl_runtime.launch_server`: starts the scheduler and detokenizer processes, then
+serves HTTP with the TokenizerManager in this process; any child's death stops the server."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+from sgl_runtime.managers.child_processes import ChildProcesses, ChildProcessFailed
+from sgl_runtime.managers.ipc import IpcAddresses, configure_logging
+from sgl_runtime.server_args import ServerArgs, parse_args
+
+logger = logging.getLogger("sgl_runtime.launch_server")
+
+GRACEFUL_SHUTDOWN_S = 5
+DEMO_MODEL_NAME = "sgl-demo"
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    sys.exit(launch_server(parse_args(argv)))
+
+
+def launch_server(server_args: ServerArgs) -> int:
+    """Run the server until it is stopped; return the process exit code (0 clean, 1 failure)."""
+    configure_logging(server_args.log_level)
+    signal.signal(signal.SIGTERM, _exit_on_signal)  # clean up children if stopped while starting
+    server_args = resolve_model(server_args)
+    addresses = IpcAddresses.make()
+    children = ChildProcesses()
+    try:
+        return _serve(server_args, addresses, children)
+    except ChildProcessFailed as exc:
+        logger.error("server failed: %s", exc)
+        return 1
+    except (KeyboardInterrupt, SystemExit):
+        logger.info("stopped by signal")
+        return 0
+    finally:
+        children.stop()
+        shutil.rmtree(Path(addresses.paths()[0]).parent, ignore_errors=True)
+
+
+def resolve_model(server_args: ServerArgs) -> ServerArgs:
+    """With no --model-path, serve the built-in demo checkpoint (built on first use)."""
+    if server_args.model_path is not None:
+        return server_args
+    from sgl_runtime.demo_model import get_demo_model_path
+
+    return server_args.replace(model_path=get_demo_model_path(),
+                               served_model_name=server_args.served_model_name or DEMO_MODEL_NAME)
+
+
+def _serve(server_args: ServerArgs, addresses: IpcAddresses, children: ChildProcesses) -> int:
+    import uvicorn
+
+    from sgl_runtime.entrypoints.http_server import build_app
+    from sgl_runtime.entrypoints.metrics import ServerMetrics
+    from sgl_runtime.managers.detokenizer_manager import run_detokenizer_process
+    from sgl_runtime.managers.scheduler_process import run_scheduler_process
+    from sgl_runtime.managers.tokenizer_manager import TokenizerManager
+
+    model_info = _model_info(server_args)
+    children.start("scheduler", run_scheduler_process, server_args, addresses)
+    children.start("detokenizer", run_detokenizer_process, server_args, addresses)
+    metrics = ServerMetrics()
+    tm = TokenizerManager(server_args, model_info, addresses, metrics)
+    infos = children.wait_ready()
+    logger.info("scheduler ready: %s", infos["scheduler"].get("stats"))
+    config = uvicorn.Config(build_app(tm, metrics), host=server_args.host, port=server_args.port,
+                            log_level=server_args.log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    server = uvicorn.Server(config)
+    failures: list[str] = []
+
+    def on_child_failure(message: str) -> None:
+        logger.error("shutting down: %s", message)
+        failures.append(message)
+        server.should_exit = True
+
+    children.watch(on_child_failure)
+    server.run()
+    if failures or not server.started:
+        return 1
+    return 0
+
+
+def _model_info(server_args: ServerArgs):
+    from sgl_runtime.managers.tokenizer_manager import ModelInfo
+    from sgl_runtime.model_config import ModelConfig
+
+    config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,
+                                   context_length=server_args.context_length, device=server_args.resolved_device)
+    return ModelInfo(context_length=config.context_length, vocab_size=config.vocab_size,
+                     eos_token_ids=frozenset(config.eos_token_ids))
+
+
+def _exit_on_signal(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Plumbing shared by the server's processes: zmq addresses and sockets, child-process setup."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import zmq
+
+LOG_FORMAT = "[%(asctime)s %(processName)s] %(levelname)s %(name)s: %(message)s"
+
+
+@dataclass(frozen=True)
+class IpcAddresses:
+    """The three one-way zmq channels; the receiving side of each binds."""
+
+    tokenizer_to_scheduler: str
+    scheduler_to_detokenizer: str
+    detokenizer_to_tokenizer: str
+
+    @staticmethod
+    def make() -> "IpcAddresses":
+        folder = tempfile.mkdtemp(prefix="sgl_runtime_ipc_")
+        return IpcAddresses(*(f"ipc://{folder}/{name}" for name in ("scheduler", "detokenizer", "tokenizer")))
+
+    def paths(self) -> list[str]:
+        return [a[len("ipc://"):] for a in (self.tokenizer_to_scheduler, self.scheduler_to_detokenizer,
+                                            self.detokenizer_to_tokenizer)]
+
+
+def make_socket(context: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Socket:
+    """A PUSH or PULL socket; no send high-water mark so a burst of requests never blocks or drops."""
+    socket = context.socket(kind)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
+    socket.setsockopt(zmq.LINGER, 0)
+    (socket.bind if bind else socket.connect)(address)
+    return socket
+
+
+def configure_logging(log_level: str) -> None:
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, force=True)
+
+
+def setup_child_process(name: str, log_level: str) -> None:
+    """Name the process, apply the log level, die with the parent, and exit quietly on SIGTERM.
+
+    SIGINT is ignored: a Ctrl-C reaches the whole process group, and the parent then stops
+    its children in order with SIGTERM.
+    """
+    import multiprocessing
+
+    multiprocessing.current_process().name = name
+    configure_logging(log_level)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    _die_with_parent()
+
+
+def parent_alive(parent_pid: int) -> bool:
+    return os.getppid() == parent_pid
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
