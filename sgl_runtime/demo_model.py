@@ -52,7 +52,7 @@ def get_demo_model_path(cache_dir: Optional[str | os.PathLike] = None) -> str:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{DEMO_NAME}-", dir=root))
     try:
-        write_demo_checkpoint(tmp, tokenizer_dir=get_qwen2_tokenizer_dir(root))
+        write_demo_checkpoint(tmp, tokenizer_dir=get_qwen2_tokenizer_dir())
         try:
             os.rename(tmp, final)  # atomic; fails if another process got there first
         except OSError:

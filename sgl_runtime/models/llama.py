@@ -144,34 +144,33 @@ class LlamaForCausalLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors into the parameters; returns the names of the parameters written."""
         params = dict(self.named_parameters())
-        loaded: set[str] = set()
+        shards_seen: dict[str, set[str]] = {}
         for name, tensor in weights:
             if "rotary_emb.inv_freq" in name or (self.tied_embeddings and name == "lm_head.weight"):
                 continue
-            target, rows = self._locate(name, params)
-            _copy_checked(name, target if rows is None else target.narrow(0, *rows), tensor)
-            loaded.add(self._param_name(name))
-        return loaded
+            param_name, shard = self._locate(name, params)
+            target = params[param_name]
+            if shard is not None:
+                target = target.narrow(0, *self._shard_offsets(param_name)[shard])
+            _copy_checked(name, target, tensor)
+            shards_seen.setdefault(param_name, set()).add(shard)
+        # A merged parameter counts as loaded only once all of its shards were.
+        return {
+            name for name, seen in shards_seen.items()
+            if None in seen or seen == set(self._shard_offsets(name))
+        }
 
-    def _param_name(self, name: str) -> str:
-        for merged, hf_name, _ in self.stacked_params:
-            if hf_name in name:
-                return name.replace(hf_name, merged)
-        return name
+    def _shard_offsets(self, param_name: str) -> dict[str, tuple[int, int]]:
+        return self.get_submodule(param_name.rsplit(".", 2)[0]).shard_offsets()
 
-    def _locate(self, name: str, params: dict[str, nn.Parameter]):
-        """The parameter a checkpoint tensor goes to, and (offset, size) rows within it for merged ones."""
+    def _locate(self, name: str, params: dict[str, nn.Parameter]) -> tuple[str, str | None]:
+        """The parameter a checkpoint tensor goes to, and its shard within a merged parameter (else None)."""
         for merged, hf_name, shard in self.stacked_params:
-            if hf_name not in name:
-                continue
-            param_name = name.replace(hf_name, merged)
-            if param_name not in params:
-                break
-            module = self.get_submodule(param_name.rsplit(".", 2)[0])
-            return params[param_name], module.shard_offsets()[shard]
+            if hf_name in name and name.replace(hf_name, merged) in params:
+                return name.replace(hf_name, merged), shard
         if name not in params:
             raise ValueError(f"checkpoint tensor {name!r} has no matching parameter in {type(self).__name__}")
-        return params[name], None
+        return name, None
 
 
 def _copy_checked(name: str, target: torch.Tensor, tensor: torch.Tensor) -> None:
