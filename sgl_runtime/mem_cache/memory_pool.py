@@ -30,10 +30,10 @@ class ReqToTokenPool:
         return slots
 
     def free(self, idx: Union[int, list[int]]) -> None:
-        if isinstance(idx, int):
-            self.free_slots.append(idx)
-        else:
+        if isinstance(idx, (list, tuple)):
             self.free_slots.extend(int(i) for i in idx)
+        else:
+            self.free_slots.append(int(idx))
 
     def clear(self) -> None:
         self.free_slots = list(range(self.size))
