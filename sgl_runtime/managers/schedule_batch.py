@@ -1,0 +1,198 @@
+"""A batch of requests for one forward: KV slot allocation, req_to_token writes, ForwardBatch building.
+
+One code path serves every kind of step. Each request extends by ``extend_input_len`` tokens
+on top of ``kv_len`` tokens already in the pool: a fresh prefill (on top of its cached
+prefix), the next chunk of a chunked prefill, a decode step (1 token), or a jump-forward
+(1 sampled + several forced tokens). When every request extends by exactly one token the
+batch runs in DECODE mode, otherwise in EXTEND mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from sgl_runtime.managers.req import Req
+from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
+
+__all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots"]
+
+
+class OutOfKVMemory(RuntimeError):
+    """Raised when KV slots cannot be found even after evicting the whole unlocked cache."""
+
+
+def alloc_token_slots(num_tokens: int, token_to_kv_pool, tree_cache) -> torch.Tensor:
+    """`num_tokens` free KV slots, evicting unlocked radix-cache leaves when the pool is short."""
+    short = num_tokens - token_to_kv_pool.available_size()
+    if short > 0:
+        token_to_kv_pool.free(tree_cache.evict(short))
+    slots = token_to_kv_pool.alloc(num_tokens)
+    if slots is None:
+        raise OutOfKVMemory(
+            f"need {num_tokens} KV slots, {token_to_kv_pool.available_size()} free "
+            f"and {tree_cache.evictable_size()} evictable"
+        )
+    return slots
+
+
+@dataclass
+class LogitsLayout:
+    """Which logits rows belong to which request.
+
+    For request i: rows ``[row_start[i], row_end[i])`` of the logits tensor. If it samples
+    this step, its sampling row is the last of them. Rows before it (or all of them for a
+    partial chunk) score known next tokens: prompt logprobs (`score_targets[i]`).
+    """
+
+    row_start: list[int] = field(default_factory=list)
+    row_end: list[int] = field(default_factory=list)
+    samples: list[bool] = field(default_factory=list)
+    score_targets: list[list[int]] = field(default_factory=list)
+    score_positions: list[list[int]] = field(default_factory=list)
+
+    @property
+    def sample_rows(self) -> list[int]:
+        return [end - 1 for end, s in zip(self.row_end, self.samples) if s]
+
+
+class ScheduleBatch:
+    """The requests of one forward, and the pools it allocates from."""
+
+    def __init__(self, reqs: list[Req], req_to_token_pool, token_to_kv_pool, tree_cache, device) -> None:
+        self.reqs = reqs
+        self.req_to_token_pool = req_to_token_pool
+        self.token_to_kv_pool = token_to_kv_pool
+        self.tree_cache = tree_cache
+        self.device = device
+        self.layout = LogitsLayout()
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def sampling_reqs(self) -> list[Req]:
+        return [r for r, s in zip(self.reqs, self.layout.samples) if s]
+
+    # ------------------------------------------------------------------ allocation
+    def _assign_req_rows(self) -> None:
+        fresh = [r for r in self.reqs if r.req_pool_idx is None]
+        if not fresh:
+            return
+        rows = self.req_to_token_pool.alloc(len(fresh))
+        if rows is None:
+            raise OutOfKVMemory(f"no free request slot for {len(fresh)} new requests")
+        table = self.req_to_token_pool.req_to_token
+        for req, row in zip(fresh, rows):
+            req.req_pool_idx = row
+            prefix_len = len(req.prefix_indices)
+            if prefix_len:
+                table[row, :prefix_len] = req.prefix_indices.to(table.device, table.dtype)
+            req.kv_len = req.cache_protected_len = prefix_len
+
+    # ------------------------------------------------------------------ building
+    def prepare(self) -> ForwardBatch:
+        """Allocate slots for every request's new tokens and describe the forward."""
+        self._assign_req_rows()
+        ext_lens = [r.extend_input_len for r in self.reqs]
+        assert all(n > 0 for n in ext_lens), f"every request must extend, got {ext_lens}"
+        total = sum(ext_lens)
+        out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
+        prefix_lens = [r.kv_len for r in self.reqs]
+        is_decode = all(n == 1 for n in ext_lens)
+        input_ids, positions = self._write_tokens(out_cache_loc, prefix_lens, ext_lens, is_decode)
+        self._build_layout(prefix_lens, ext_lens)
+        seq_lens = [p + n for p, n in zip(prefix_lens, ext_lens)]
+        is_decode = is_decode and all(end - start == 1 for start, end in zip(self.layout.row_start, self.layout.row_end))
+        starts = [0]
+        for n in ext_lens[:-1]:
+            starts.append(starts[-1] + n)
+        logits_indices = self._logits_indices(starts)
+        dev = self.device
+
+        def t(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64, device=dev)
+
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
+            batch_size=len(self.reqs),
+            input_ids=input_ids,
+            positions=positions,
+            req_pool_indices=t([r.req_pool_idx for r in self.reqs]),
+            seq_lens=t(seq_lens),
+            extend_prefix_lens=t(prefix_lens),
+            extend_seq_lens=t(ext_lens),
+            extend_start_loc=t(starts),
+            out_cache_loc=out_cache_loc.to(dev),
+            seq_lens_cpu=seq_lens,
+            extend_prefix_lens_cpu=prefix_lens,
+            extend_seq_lens_cpu=ext_lens,
+            logits_indices=logits_indices,
+        )
+
+    def _write_tokens(self, out_cache_loc, prefix_lens, ext_lens, is_decode):
+        table = self.req_to_token_pool.req_to_token
+        dev = self.device
+        if is_decode:
+            rows = torch.tensor([r.req_pool_idx for r in self.reqs], dtype=torch.int64, device=table.device)
+            cols = torch.tensor(prefix_lens, dtype=torch.int64, device=table.device)
+            table[rows, cols] = out_cache_loc.to(table.device, table.dtype)
+            ids = [r.output_ids[-1] if r.output_ids else r.origin_input_ids[-1] for r in self.reqs]
+            return (torch.tensor(ids, dtype=torch.int64, device=dev), cols.to(dev))
+        ids: list[int] = []
+        positions: list[int] = []
+        offset = 0
+        for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
+            table[req.req_pool_idx, start : start + n] = out_cache_loc[offset : offset + n].to(table.device, table.dtype)
+            ids.extend(req.fill_ids[start : start + n])
+            positions.extend(range(start, start + n))
+            offset += n
+        return (torch.tensor(ids, dtype=torch.int64, device=dev), torch.tensor(positions, dtype=torch.int64, device=dev))
+
+    def _build_layout(self, prefix_lens: list[int], ext_lens: list[int]) -> None:
+        layout = LogitsLayout()
+        self._row_offsets: list[tuple[int, int]] = []  # (first new-token offset, row count) per request
+        row = 0
+        for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
+            end = start + n
+            samples = end == req.seq_len
+            positions = self._score_positions(req, start, end)
+            first = positions[0] - start if positions else n - 1
+            stop = n if samples else (positions[-1] - start + 1 if positions else first)
+            assert not (samples and positions) or positions[-1] == end - 2, "prompt logprobs must abut the sampled row"
+            self._row_offsets.append((first, stop - first))
+            layout.row_start.append(row)
+            row += stop - first
+            layout.row_end.append(row)
+            layout.samples.append(samples)
+            layout.score_positions.append(positions)
+            fill = req.fill_ids if positions else []
+            layout.score_targets.append([fill[p + 1] for p in positions])
+        self.layout = layout
+
+    @staticmethod
+    def _score_positions(req: Req, start: int, end: int) -> list[int]:
+        """Prompt positions p in [start, end) whose logits score a requested prompt token p + 1
+        (tokens logprob_start_len .. prompt_len - 1; token 0 has no logprob)."""
+        if not req.need_input_logprobs:
+            return []
+        prompt_len = len(req.origin_input_ids)
+        lo = max(req.logprob_start_len - 1, 0, start)
+        hi = min(end, prompt_len - 1)
+        return list(range(lo, hi))
+
+    def _logits_indices(self, starts: list[int]) -> torch.Tensor:
+        rows: list[int] = []
+        for base, (first, count) in zip(starts, self._row_offsets):
+            rows.extend(range(base + first, base + first + count))
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def commit_forward(self) -> None:
+        """After the forward: the new tokens' KV is in the pool."""
+        for req in self.reqs:
+            req.kv_len += req.extend_input_len
+            req.forward_passes += 1
+            req.extend_input_len = 0
+

@@ -1,0 +1,142 @@
+"""Owns the model on its device: loads it, sizes the KV pools, picks the attention backend, runs forwards."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Optional
+
+import torch
+
+from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from sgl_runtime.model_config import ModelConfig
+from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# CPU defaults: the KV pool may use this share of the free RAM, up to this many tokens.
+CPU_KV_RAM_FRACTION = 0.2
+CPU_DEFAULT_MAX_TOKENS = 65536
+DEFAULT_MAX_RUNNING_REQUESTS = {"cpu": 64, "cuda": 256}
+
+
+class ModelRunner:
+    """Runs `forward(ForwardBatch) -> logits` and holds the memory pools the scheduler allocates from.
+
+    `cuda_graph_runner`, when set (an object with `can_run(forward_batch) -> bool` and
+    `replay(forward_batch) -> logits`), serves DECODE batches instead of the eager model.
+    """
+
+    def __init__(self, server_args: ServerArgs, model_config: ModelConfig) -> None:
+        from sgl_runtime.model_loader import load_model
+
+        self.server_args = server_args
+        self.model_config = model_config
+        self.device = server_args.resolved_device
+        torch.manual_seed(server_args.random_seed)
+        self.model = load_model(
+            model_config.model_path, model_config.dtype, self.device, server_args.load_format, server_args.random_seed
+        )
+        self.max_total_num_tokens = self._kv_pool_size()
+        self.max_running_requests = self._max_running_requests()
+        self.req_to_token_pool = ReqToTokenPool(
+            self.max_running_requests + 2, model_config.context_length + 1, self.device
+        )
+        self.token_to_kv_pool = TokenToKVPool(
+            self.max_total_num_tokens, model_config.dtype, model_config.num_kv_heads, model_config.head_dim,
+            model_config.num_layers, self.device,
+        )
+        self.attn_backend = self._make_attention_backend()
+        self.cuda_graph_runner = None  # plugged in by the CUDA-graph decode runner when enabled
+        logger.info(
+            "model loaded on %s (%s): KV pool %d tokens, up to %d running requests, %s attention",
+            self.device, model_config.dtype, self.max_total_num_tokens, self.max_running_requests,
+            type(self.attn_backend).__name__,
+        )
+
+    @torch.inference_mode()
+    def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        """logits [L, vocab] float32 for the rows in forward_batch.logits_indices."""
+        forward_batch.attn_backend = self.attn_backend
+        forward_batch.req_to_token = self.req_to_token_pool.req_to_token
+        graph = self.cuda_graph_runner
+        if graph is not None and forward_batch.forward_mode.is_decode() and graph.can_run(forward_batch):
+            return graph.replay(forward_batch)
+        self.attn_backend.init_forward_metadata(forward_batch)
+        return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch)
+
+    # ------------------------------------------------------------------ sizing
+    def kv_bytes_per_token(self) -> int:
+        cfg = self.model_config
+        element = torch.tensor([], dtype=cfg.dtype).element_size()
+        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * element
+
+    def _kv_pool_size(self) -> int:
+        if self.server_args.max_total_tokens is not None:
+            return self.server_args.max_total_tokens
+        per_token = self.kv_bytes_per_token()
+        if self.device == "cpu":
+            budget = int(_available_ram_bytes() * CPU_KV_RAM_FRACTION) // per_token
+            size = min(budget, max(CPU_DEFAULT_MAX_TOKENS, self.model_config.context_length))
+        else:
+            size = self._gpu_kv_tokens(per_token)
+        if size <= 0:
+            raise RuntimeError(
+                f"no memory left for the KV cache ({per_token} bytes per token); "
+                "lower the model size, raise --mem-fraction-static or set --max-total-tokens"
+            )
+        return int(size)
+
+    def _gpu_kv_tokens(self, per_token: int) -> int:
+        """What is left of mem_fraction_static of the device after the weights (SGLang's rule)."""
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        rest = free - total * (1.0 - self.server_args.mem_fraction_static)
+        return int(rest // per_token)
+
+    def _max_running_requests(self) -> int:
+        if self.server_args.max_running_requests is not None:
+            return self.server_args.max_running_requests
+        default = DEFAULT_MAX_RUNNING_REQUESTS["cpu" if self.device == "cpu" else "cuda"]
+        return max(1, min(default, self.max_total_num_tokens // 2))
+
+    def _make_attention_backend(self):
+        choice = self.server_args.attention_backend
+        use_triton = self.device != "cpu" and choice in ("auto", "triton") and _has_module(
+            "sgl_runtime.layers.attention.triton_backend"
+        )
+        if choice == "triton" and not use_triton:
+            raise ValueError("attention_backend='triton' needs a CUDA device and the Triton backend")
+        if use_triton:
+            from sgl_runtime.layers.attention.triton_backend import TritonAttentionBackend
+
+            return TritonAttentionBackend(self.token_to_kv_pool, self.req_to_token_pool)
+        from sgl_runtime.layers.attention.torch_backend import TorchAttentionBackend
+
+        return TorchAttentionBackend(self.token_to_kv_pool, self.req_to_token_pool)
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _available_ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return 4 << 30
+
+
+def resolve_model_path(model_path: Optional[str]) -> str:
+    """The given checkpoint directory, or the built-in demo model when none is given."""
+    if model_path is not None:
+        return model_path
+    from sgl_runtime.demo_model import get_demo_model_path
+
+    return get_demo_model_path()
