@@ -76,6 +76,21 @@ def test_lock_prevents_eviction_and_unlock_releases():
     tree.check_integrity()
 
 
+def test_locking_a_node_that_left_the_tree_is_an_error():
+    tree = RadixCache()
+    tree.insert([1, 2], idx(0, 1))
+    _, node = tree.match_prefix([1, 2])
+    tree.evict(2)
+    with pytest.raises(ValueError, match="no longer in the tree"):
+        tree.inc_lock_ref(node)
+    tree.insert([1, 2], idx(0, 1))
+    _, node = tree.match_prefix([1, 2])
+    tree.reset()
+    with pytest.raises(ValueError, match="no longer in the tree"):
+        tree.inc_lock_ref(node)
+    tree.check_integrity()
+
+
 def test_evict_is_least_recently_used_first():
     tree = RadixCache()
     for token in (1, 2, 3):

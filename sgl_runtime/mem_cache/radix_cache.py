@@ -105,27 +105,26 @@ class RadixCache:
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Lock `node` and its ancestors; return the change in evictable size (<= 0)."""
         delta = 0
-        while node is not self.root_node:
-            if node.lock_ref == 0:
-                self._evictable_size -= len(node.key)
-                self._protected_size += len(node.key)
-                delta -= len(node.key)
-            node.lock_ref += 1
-            node = node.parent
+        for n in self._path_to_root(node):
+            if n.lock_ref == 0:
+                self._evictable_size -= len(n.key)
+                self._protected_size += len(n.key)
+                delta -= len(n.key)
+            n.lock_ref += 1
         return delta
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Unlock `node` and its ancestors; return the change in evictable size (>= 0)."""
+        path = self._path_to_root(node)
+        if path and path[0].lock_ref <= 0:
+            raise ValueError(f"dec_lock_ref on an unlocked node {node!r}")
         delta = 0
-        while node is not self.root_node:
-            if node.lock_ref <= 0:
-                raise ValueError(f"dec_lock_ref on an unlocked node {node!r}")
-            if node.lock_ref == 1:
-                self._evictable_size += len(node.key)
-                self._protected_size -= len(node.key)
-                delta += len(node.key)
-            node.lock_ref -= 1
-            node = node.parent
+        for n in path:
+            if n.lock_ref == 1:
+                self._evictable_size += len(n.key)
+                self._protected_size -= len(n.key)
+                delta += len(n.key)
+            n.lock_ref -= 1
         return delta
 
     def evict(self, num_tokens: int) -> torch.Tensor:
@@ -205,6 +204,16 @@ class RadixCache:
 
     def _empty(self) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=self.device)
+
+    def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        """`node` and its ancestors below the root; ValueError if `node` left the tree."""
+        path = []
+        while node is not self.root_node:
+            if node is None:
+                raise ValueError("lock on a node that is no longer in the tree (evicted or reset)")
+            path.append(node)
+            node = node.parent
+        return path
 
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut `child` after `split_len` tokens; return the new upper node (child keeps the rest)."""
