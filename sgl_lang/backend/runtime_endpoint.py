@@ -70,7 +70,7 @@ class RuntimeEndpoint(BaseBackend):
             "sampling_params": {"max_new_tokens": 0, "temperature": 0},
             "return_logprob": True,
             "return_text_in_logprobs": True,
-            "logprob_start_len": max(prompt_len - 1, 0),
+            "logprob_start_len": max(prompt_len - 2, 0),
         })
         inputs = [choice_token_logprobs(prefix, r["meta_info"]["input_token_logprobs"], prompt_len) for r in results]
         unconditional = self._unconditional(inputs) if choices_method.requires_unconditional_logprobs else None
@@ -135,9 +135,11 @@ class RuntimeEndpoint(BaseBackend):
 def choice_token_logprobs(prefix: str, entries: list, prompt_len: int) -> list:
     """The logprob entries of a choice's own tokens.
 
-    Entries start one token before the choice (at the prefix's last token) so that a token
-    spanning the prefix/choice boundary is scored with the choice; when that first token still
-    belongs to the prefix alone (its text ends the prefix), it is dropped.
+    The request asks for logprobs from position prompt_len - 2, so the first entry is the
+    prefix's last token (entries score token p+1 given tokens <= p; position 0 comes as None).
+    A token spanning the prefix/choice boundary is scored with the choice ("token healing");
+    when the first token still belongs to the prefix alone (its text ends the prefix), it is
+    dropped.
     """
     if prompt_len == 0 or not entries:
         return list(entries)
