@@ -70,7 +70,8 @@ def _serve(server_args: ServerArgs, addresses: IpcAddresses, children: ChildProc
     tm = TokenizerManager(server_args, model_info, addresses, metrics)
     infos = children.wait_ready()
     logger.info("scheduler ready: %s", infos["scheduler"].get("stats"))
-    config = uvicorn.Config(build_app(tm, metrics), host=server_args.host, port=server_args.port,
+    process_ids = {name: process.pid for name, process in children.processes.items()}
+    config = uvicorn.Config(build_app(tm, metrics, process_ids), host=server_args.host, port=server_args.port,
                             log_level=server_args.log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(config)
     failures: list[str] = []

@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,7 +31,8 @@ HEALTH_GENERATE_TIMEOUT_S = 60.0
 SPECIAL_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token")
 
 
-def build_app(tm: TokenizerManager, metrics: ServerMetrics) -> FastAPI:
+def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optional[dict[str, int]] = None) -> FastAPI:
+    """The HTTP app; `process_ids` (name -> pid of each child process) is reported by /get_server_info."""
     args = tm.server_args
 
     @contextlib.asynccontextmanager
@@ -92,7 +93,7 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics) -> FastAPI:
         server_args = dataclasses.asdict(args)
         server_args["api_key"] = "***" if args.api_key else None
         return {**server_args, "version": __version__, "context_length": tm.model_info.context_length,
-                "scheduler_stats": await tm.get_stats()}
+                "process_ids": dict(process_ids or {}), "scheduler_stats": await tm.get_stats()}
 
     @app.get("/metrics")
     async def get_metrics() -> Response:

@@ -11,7 +11,7 @@ import time
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from sgl_runtime.entrypoints.openai_protocol import (
     ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields,

@@ -9,7 +9,6 @@ GetStatsOut) are forwarded to the TokenizerManager unchanged.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any, Optional
 import zmq
 
 from sgl_runtime.io_struct import BatchStrOut, BatchTokenIDOut, ReqStrOutput, ReqTokenOutput
-from sgl_runtime.managers.ipc import IpcAddresses, make_socket, parent_alive, setup_child_process
+from sgl_runtime.managers.ipc import IpcAddresses, make_socket, setup_child_process
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -29,8 +28,7 @@ IDLE_POLL_MS = 1000
 
 def run_detokenizer_process(server_args: ServerArgs, addresses: IpcAddresses, conn: Connection) -> None:
     """Process target: load the tokenizer, report readiness, convert outputs until stopped."""
-    setup_child_process("detokenizer", server_args.log_level)
-    parent_pid = os.getppid()
+    lifetime = setup_child_process("detokenizer", server_args.log_level)
     try:
         from sgl_runtime.tokenizer_utils import load_tokenizer
 
@@ -43,7 +41,7 @@ def run_detokenizer_process(server_args: ServerArgs, addresses: IpcAddresses, co
         sys.exit(1)
     conn.send({"status": "ready"})
     try:
-        while parent_alive(parent_pid):
+        while lifetime.keep_running():
             if not inbox.poll(IDLE_POLL_MS):
                 continue
             message = inbox.recv_pyobj()

@@ -47,8 +47,22 @@ def configure_logging(log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT, force=True)
 
 
-def setup_child_process(name: str, log_level: str) -> None:
-    """Name the process, apply the log level, die with the parent, and exit quietly on SIGTERM.
+class ChildLifetime:
+    """Whether a child process should keep running: until SIGTERM or its parent's death."""
+
+    def __init__(self) -> None:
+        self.parent_pid = os.getppid()
+        self.stop_requested = False
+
+    def keep_running(self) -> bool:
+        return not self.stop_requested and os.getppid() == self.parent_pid
+
+    def request_stop(self, *_: object) -> None:
+        self.stop_requested = True
+
+
+def setup_child_process(name: str, log_level: str) -> ChildLifetime:
+    """Name the process, apply the log level, die with the parent; SIGTERM asks the loop to stop.
 
     SIGINT is ignored: a Ctrl-C reaches the whole process group, and the parent then stops
     its children in order with SIGTERM.
@@ -57,13 +71,11 @@ def setup_child_process(name: str, log_level: str) -> None:
 
     multiprocessing.current_process().name = name
     configure_logging(log_level)
+    lifetime = ChildLifetime()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lifetime.request_stop)
     _die_with_parent()
-
-
-def parent_alive(parent_pid: int) -> bool:
-    return os.getppid() == parent_pid
+    return lifetime
 
 
 def _die_with_parent() -> None:

@@ -9,7 +9,6 @@ to the parent over a pipe; a crash exits non-zero.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from multiprocessing.connection import Connection
@@ -18,7 +17,7 @@ from typing import Any
 import zmq
 
 from sgl_runtime.io_struct import FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput
-from sgl_runtime.managers.ipc import IpcAddresses, make_socket, parent_alive, setup_child_process
+from sgl_runtime.managers.ipc import ChildLifetime, IpcAddresses, make_socket, setup_child_process
 from sgl_runtime.sampling_params import SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
@@ -31,9 +30,9 @@ WARMUP_MAX_STEPS = 64
 
 def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn: Connection) -> None:
     """Process target: build the scheduler, report readiness, serve until stopped."""
-    setup_child_process("scheduler", server_args.log_level)
+    lifetime = setup_child_process("scheduler", server_args.log_level)
     try:
-        loop = SchedulerLoop(server_args, addresses, parent_pid=os.getppid())
+        loop = SchedulerLoop(server_args, addresses, lifetime)
     except Exception:
         _report_fatal(conn, "scheduler failed to start")
         sys.exit(1)
@@ -48,10 +47,10 @@ def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn
 class SchedulerLoop:
     """Owns the Scheduler and its two sockets."""
 
-    def __init__(self, server_args: ServerArgs, addresses: IpcAddresses, parent_pid: int) -> None:
+    def __init__(self, server_args: ServerArgs, addresses: IpcAddresses, lifetime: ChildLifetime) -> None:
         from sgl_runtime.managers.scheduler import Scheduler
 
-        self.parent_pid = parent_pid
+        self.lifetime = lifetime
         self.stop_strs: dict[str, tuple] = {}  # rid -> stop strings, forwarded to the detokenizer
         self.scheduler = Scheduler(server_args)
         self._warm_up()
@@ -60,19 +59,19 @@ class SchedulerLoop:
         self.outbox = make_socket(context, zmq.PUSH, addresses.scheduler_to_detokenizer, bind=False)
 
     def run_forever(self) -> None:
-        while parent_alive(self.parent_pid):
+        while self.lifetime.keep_running():
             self._process_inbox(block=not self.scheduler.has_work())
             if self.scheduler.has_work():
                 output = self.scheduler.step()
                 if output is not None and output.outputs:
                     self._attach_stop_strs(output.outputs)
                     self.outbox.send_pyobj(output)
-        logger.warning("parent process is gone; scheduler exiting")
+        logger.info("scheduler stopping (%s)", "SIGTERM" if self.lifetime.stop_requested else "parent gone")
 
     def stats(self) -> dict[str, Any]:
         stats = dict(self.scheduler.get_stats())
-        stats.setdefault("max_total_num_tokens", self.scheduler.max_total_num_tokens)
-        stats.setdefault("available_kv_tokens", self.scheduler.kv_available_size())
+        stats["max_total_num_tokens"] = self.scheduler.max_total_num_tokens
+        stats["kv_pool_free_tokens"] = self.scheduler.kv_available_size()  # excludes the radix cache's slots
         return stats
 
     def _process_inbox(self, block: bool) -> None:
