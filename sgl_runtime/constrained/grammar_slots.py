@@ -1,0 +1,94 @@
+"""Byte DFAs for one lexer slot of lark's scanner, labelled with the token type they produce.
+
+A slot is one alternative of lark's `Scanner` regex, in lark's order. Its DFA labels each
+accepting state with the type of the token lark would emit when the match ends there:
+- a regex terminal with an "unless" list (string terminals it also matches, e.g. keywords
+  inside NAME) is run in product with those strings, so a whole-token match of a keyword
+  yields the keyword's type, exactly as lark's `UnlessCallback` retypes it;
+- an ignored terminal (e.g. WS) is run in product with a length counter: a match longer than
+  `max_ignore_bytes` is labelled POISON, which no parser state accepts (this bounds blanks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.errors import ConstraintError
+
+
+@dataclass
+class SlotDFA:
+    trans: np.ndarray  # int32 [m, 256], -1 dead
+    label: np.ndarray  # int32 [m], type index of an accepting state, -1 otherwise
+    live: np.ndarray  # bool [m], whether any byte leads on
+    initial: int
+
+
+def terminal_dfa(terminal, cache: dict) -> ByteDFA:
+    """The byte DFA of a lark TerminalDef's regex (cached by name)."""
+    dfa = cache.get(terminal.name)
+    if dfa is None:
+        try:
+            dfa = ByteDFA.from_regex(terminal.pattern.to_regexp())
+        except ConstraintError as exc:
+            raise ConstraintError(f"grammar terminal {terminal.name}: {exc}") from None
+        cache[terminal.name] = dfa
+    return dfa
+
+
+def build_slot(terminal, unless: list, ignored: bool, type_index: dict, poison: int,
+               max_ignore_bytes: int, dfa_cache: dict) -> SlotDFA:
+    """The labelled DFA of one scanner slot (see the module docstring)."""
+    base = terminal_dfa(terminal, dfa_cache)
+    own = type_index[terminal.name]
+    if not unless and not ignored:
+        label = np.where(base.accepting, own, -1).astype(np.int32)
+        return SlotDFA(base.transitions, label, (base.transitions >= 0).any(1), base.initial)
+    extra = [terminal_dfa(t, dfa_cache) for t in unless]
+    extra_types = [type_index[t.name] for t in unless]
+    bound = max_ignore_bytes if ignored else None
+    return _product_slot(base, own, extra, extra_types, bound, poison)
+
+
+def _product_slot(base: ByteDFA, own: int, extra: list, extra_types: list,
+                  bound, poison: int) -> SlotDFA:
+    """BFS over (base state, unless-string states..., capped length) tuples."""
+    cap = (bound + 1) if bound is not None else 0
+    start = (base.initial, *[d.initial for d in extra], 0)
+    index, order, rows = {start: 0}, [start], []
+    i = 0
+    while i < len(order):
+        key = order[i]
+        i += 1
+        nxt_base = base.transitions[key[0]]
+        cols = [nxt_base] + [d.transitions[s] if s >= 0 else np.full(256, -1, np.int32)
+                             for d, s in zip(extra, key[1:-1])]
+        count = min(key[-1] + 1, cap) if bound is not None else 0
+        mat = np.stack(cols, axis=1)  # [256, 1 + len(extra)]
+        row = np.full(256, -1, dtype=np.int32)
+        for b in np.nonzero(nxt_base >= 0)[0]:
+            k = (*mat[b].tolist(), count)
+            if k not in index:
+                index[k] = len(order)
+                order.append(k)
+                if len(order) > 100_000:
+                    raise ConstraintError("grammar lexer slot too large (> 100000 states)")
+            row[b] = index[k]
+        rows.append(row)
+    trans = np.stack(rows).astype(np.int32)
+    label = np.array([_label(k, base, own, extra, extra_types, bound, poison) for k in order], np.int32)
+    return SlotDFA(trans, label, (trans >= 0).any(1), 0)
+
+
+def _label(key, base, own, extra, extra_types, bound, poison) -> int:
+    if not base.accepting[key[0]]:
+        return -1
+    if bound is not None and key[-1] > bound:
+        return poison
+    for d, s, t in zip(extra, key[1:-1], extra_types):
+        if s >= 0 and d.accepting[s]:
+            return t
+    return own

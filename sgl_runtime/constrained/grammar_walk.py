@@ -1,0 +1,186 @@
+"""Token masks for a grammar state: all vocabulary tokens walked at once through the lexer.
+
+A *run* pushes a set of (token, byte offset) rows through one lexer context's product
+automaton, one byte column at a time with numpy, from a product state. Each row ends INSIDE
+the current token (grouped by final state), closes a token (grouped by type and where it
+ended), or dies. Runs depend only on (rows, context, product state, tail length), never on
+the parser stack, so they are cached and shared; the parser only decides, per group, which
+closed types it accepts (and the stack to continue the closed groups' remainders from).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Optional
+
+import numpy as np
+
+from sgl_runtime.constrained.grammar_engine import GrammarEngine, GrammarState
+from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, LexerContext
+
+PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
+
+
+class TokenTable:
+    """Token byte strings as one flat uint8 buffer (the rows a run walks)."""
+
+    def __init__(self, token_bytes: list) -> None:
+        self.size = len(token_bytes)
+        self.num_words = (self.size + 31) // 32
+        lens = np.array([len(b) if b else 0 for b in token_bytes], dtype=np.int64)
+        self.lens = lens
+        self.starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        self.flat = np.frombuffer(b"".join(b or b"" for b in token_bytes) + b"\0", dtype=np.uint8)
+        self.all_rows = np.nonzero(lens > 0)[0].astype(np.int64)
+        self.token_bytes = token_bytes
+
+    def pack(self, ids: np.ndarray) -> np.ndarray:
+        """Packed int32 bitmask [num_words] with the bits of `ids` set."""
+        flags = np.zeros(self.num_words * 32, dtype=bool)
+        flags[ids] = True
+        return np.packbits(flags, bitorder="little").view("<u4").astype(np.int32)
+
+
+@dataclass
+class Group:
+    key: tuple
+    rows: np.ndarray
+    offs: np.ndarray
+    la: Optional[np.ndarray] = None
+    packed: Optional[np.ndarray] = None
+
+
+@dataclass
+class Run:
+    id: int
+    inside: list = field(default_factory=list)  # [(final product state, Group)]
+    closes: list = field(default_factory=list)  # [(closed type, ended in tail?, Group)]
+
+
+def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
+         rows: np.ndarray, offs: np.ndarray, run_id: int) -> Run:
+    """Push every row through `ctx` from product state `x0` (see the module docstring)."""
+    state = np.full(len(rows), x0, dtype=np.int64)
+    la = np.full(len(rows), -tail_len, dtype=np.int64)
+    base = table.starts[rows] + offs
+    rem = table.lens[rows] - offs
+    active = np.arange(len(rows))
+    inside_idx, close_idx, close_type, close_end = [], [], [], []
+    j = 0
+    while active.size:
+        done = rem[active] <= j
+        inside_idx.append(active[done])
+        active = active[~done]
+        st = state[active]
+        byte = table.flat[base[active] + j]
+        code = ctx.code[st, byte]
+        closing = (code == CLOSE_BEFORE) | (code == CLOSE_HERE)
+        if closing.any():
+            close_idx.append(active[closing])
+            close_type.append(ctx.ctype[st[closing], byte[closing]])
+            close_end.append(np.where(code[closing] == CLOSE_HERE, j + 1, la[active[closing]]))
+        go = code <= ACCEPT
+        moving = active[go]
+        state[moving] = ctx.nxt[st[go], byte[go]]
+        la[active[go & (code == ACCEPT)]] = j + 1
+        active = moving
+        j += 1
+    run = Run(run_id)
+    _group_inside(run, np.concatenate(inside_idx), state, rows, offs, la, table)
+    if close_idx:
+        _group_closes(run, np.concatenate(close_idx), np.concatenate(close_type),
+                      np.concatenate(close_end), rows, offs, table)
+    return run
+
+
+def _group_inside(run: Run, idx, state, rows, offs, la, table: TokenTable) -> None:
+    final = state[idx]
+    for s in np.unique(final).tolist():
+        sel = idx[final == s]
+        g = Group(("in", s), rows[sel], offs[sel], la[sel])
+        if len(sel) >= PACK_THRESHOLD:
+            g.packed = table.pack(g.rows)
+        run.inside.append((s, g))
+
+
+def _group_closes(run: Run, idx, types, ends, rows, offs, table: TokenTable) -> None:
+    in_tail = ends < 0
+    key = types * 2 + in_tail
+    for k in np.unique(key).tolist():
+        sel = key == k
+        t, tail_flag = k // 2, bool(k % 2)
+        new_offs = offs[idx[sel]] if tail_flag else offs[idx[sel]] + ends[sel]
+        run.closes.append((t, tail_flag, Group(("close", k), rows[idx[sel]], new_offs)))
+
+
+class MaskBuilder:
+    """Exact allowed-token bitmasks of grammar states, with shared cached runs."""
+
+    def __init__(self, engine: GrammarEngine, table: TokenTable, max_runs: int = 4096) -> None:
+        self.engine = engine
+        self.table = table
+        self._runs: OrderedDict = OrderedDict()
+        self._max_runs = max_runs
+        self._ids = count()
+
+    def mask(self, state: GrammarState) -> np.ndarray:
+        """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
+        ids: list = []
+        packed: list = []
+        rows = self.table.all_rows
+        self._collect(state, ("all",), rows, np.zeros(len(rows), np.int64), ids, packed)
+        out = self.table.pack(np.concatenate(ids)) if ids else np.zeros(self.table.num_words, np.int32)
+        for p in packed:
+            out |= p
+        return out
+
+    # ---- private ----------------------------------------------------------------------------
+
+    def _collect(self, state: GrammarState, rows_key, rows, offs, ids: list, packed: list) -> None:
+        engine = self.engine
+        ctx = engine.context(state.stack)
+        run = self._run(ctx, state, rows_key, rows, offs)
+        allowed = engine.allowed_bits(state.stack, state.ignored)
+        for s, g in run.inside:
+            if ctx.possible[s] & allowed or (ctx.is_fresh(s) and engine.parser.accepts_end(state.stack)):
+                if g.packed is not None:
+                    packed.append(g.packed)
+                else:
+                    ids.append(g.rows)
+            elif ctx.winner[s] >= 0 and not ctx.at_accept[s] and not ctx.is_fresh(s):
+                ids.append(self._pending_rows(state, s, g))
+        for t, in_tail, g in run.closes:
+            closed = engine.close(state.stack, state.ignored, t)
+            if closed is None:
+                continue
+            nxt = GrammarState(closed[0], closed[1], engine.context(closed[0]).initial, b"")
+            if in_tail:
+                nxt = engine.feed(nxt, state.tail)
+                if nxt is None:
+                    continue
+            self._collect(nxt, (run.id, g.key), g.rows, g.offs, ids, packed)
+
+    def _run(self, ctx: LexerContext, state: GrammarState, rows_key, rows, offs) -> Run:
+        key = (rows_key, id(ctx), state.lex, len(state.tail))
+        run = self._runs.get(key)
+        if run is None:
+            run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs, next(self._ids))
+            self._runs[key] = run
+            if len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(key)
+        return run
+
+    def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
+        """Rows ending after the winner's last accept: decide each by closing there (rare)."""
+        keep = []
+        for row, off, la in zip(g.rows.tolist(), g.offs.tolist(), g.la.tolist()):
+            text = state.tail + self.table.token_bytes[row][off:]
+            tail = text[len(state.tail) + la:]
+            probe = GrammarState(state.stack, state.ignored, s, tail)
+            if self.engine.viable(probe):
+                keep.append(row)
+        return np.array(keep, dtype=np.int64)
