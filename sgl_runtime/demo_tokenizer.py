@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -73,19 +75,34 @@ def qwen_tiktoken_file() -> str:
 
 def write_qwen2_tokenizer(output_dir: str | os.PathLike) -> Path:
     """Write tokenizer.json + tokenizer_config.json for Qwen2.5 into output_dir (idempotent)."""
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
     out = Path(output_dir)
     if (out / "tokenizer.json").exists() and (out / "tokenizer_config.json").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a private temp dir and rename it into place, so racing processes never see half a tokenizer.
+    staging = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        _write_tokenizer_files(staging)
+        try:
+            os.rename(staging, out)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _write_tokenizer_files(out: Path) -> None:
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
     converter = TikTokenConverter(
         vocab_file=qwen_tiktoken_file(), pattern=QWEN2_PATTERN, extra_special_tokens=[t for t, _ in ADDED_TOKENS]
     )
     tokenizer = converter.converted()
     if tokenizer.get_vocab_size() != NUM_BPE_RANKS + len(ADDED_TOKENS):
         raise RuntimeError(f"unexpected Qwen2.5 vocabulary size {tokenizer.get_vocab_size()}")
-    tmp = out / "tokenizer.json.tmp"
+    tmp = out / "tokenizer.json"
     tokenizer.save(str(tmp))
     data = json.loads(tmp.read_text())
     specials = dict(ADDED_TOKENS)
@@ -117,8 +134,6 @@ def write_qwen2_tokenizer(output_dir: str | os.PathLike) -> Path:
         },
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
-    os.replace(tmp, out / "tokenizer.json")
-    return out
 
 
 def get_qwen2_tokenizer_dir(cache_dir: Optional[str | os.PathLike] = None) -> Path:

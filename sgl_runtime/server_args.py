@@ -25,7 +25,7 @@ class ServerArgs:
     tokenizer_path: Optional[str] = _arg(None, "Tokenizer directory (default: the model path).")
     served_model_name: Optional[str] = _arg(None, "Model name reported by the API (default: the model path).")
     chat_template: Optional[str] = _arg(None, "A Jinja chat template file or string overriding the tokenizer's own.")
-    dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float32 on CPU).", DTYPES)
+    dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float16 checkpoints run as float32 on CPU).", DTYPES)
     load_format: str = _arg("auto", "auto/safetensors loads checkpoint weights; dummy makes random ones.", LOAD_FORMATS)
     context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings).")
     device: str = _arg("auto", "cpu or cuda (auto: cuda when available).", ("auto", "cpu", "cuda"))
