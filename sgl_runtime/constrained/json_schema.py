@@ -1,0 +1,260 @@
+"""JSON Schema (draft 2020-12) to a character-level FSM accepting exactly the compact JSON
+serialisations of valid instances, or a ConstraintError naming what cannot be compiled.
+
+Serialisation accepted: no whitespace (unless `whitespace` allows a bounded amount), strings
+in canonical `json.dumps(ensure_ascii=False)` escaping, numbers in plain decimal notation (no
+exponent), object keys declared in `properties` first in the schema's order, other keys after
+them in any order. Within that language the FSM is exact: every accepted string is valid, and
+valid instances are rejected only where documented (free-form values nested deeper than
+`max_nesting_depth`, `$ref` recursion deeper than `max_recursion_depth`, format subsets).
+
+allOf, oneOf, not and if/then/else use DFA intersection, difference and complement. A schema
+under `not` (or a `oneOf` branch, or an `if`) is compiled in *exact* mode, where every named
+key may appear in any order and formats are annotations, so that its complement is exact.
+
+`lenient=True` ignores unsupported keywords (uniqueItems, unevaluated*, dependentSchemas,
+$dynamicRef) instead of raising; the FSM may then accept instances those keywords reject.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from interegular.fsm import FSM
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema_arrays import array_dfa
+from sgl_runtime.constrained.json_schema_automata import (
+    EMPTY, Dfa, difference, exactly_one, intersect, literal, to_interegular, union,
+)
+from sgl_runtime.constrained.json_schema_formats import format_content
+from sgl_runtime.constrained.json_schema_numbers import number_dfa
+from sgl_runtime.constrained.json_schema_objects import object_dfa
+from sgl_runtime.constrained.json_schema_refs import RefResolver
+from sgl_runtime.constrained.json_schema_strings import string_dfa
+from sgl_runtime.constrained.json_schema_values import Tokens, count_keyword, json_type_of
+
+__all__ = ["schema_to_fsm", "schema_to_dfa", "ConstraintError"]
+
+ALL_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+TYPE_KEYWORDS = {
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
+              "uniqueItems"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired"),
+}
+IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "dependentSchemas", "$dynamicRef")
+UNSUPPORTED = ("dependentSchemas", "$dynamicRef", "$recursiveRef")
+
+
+def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
+                  max_nesting_depth: int = 4) -> FSM:
+    """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
+
+    whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
+    lenient: ignore unsupported keywords instead of raising ConstraintError.
+    max_recursion_depth: how many times a recursive $ref is unrolled along one path.
+    max_nesting_depth: free-form values (no structural constraints) nest containers this deep.
+    """
+    return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
+                                        max_recursion_depth=max_recursion_depth,
+                                        max_nesting_depth=max_nesting_depth))
+
+
+def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
+                  max_nesting_depth: int = 4) -> Dfa:
+    """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
+    if isinstance(schema, str):
+        import json
+
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
+    compiler = _Compiler(schema, _tokens(whitespace), lenient, max_recursion_depth, max_nesting_depth)
+    return compiler.compile(schema, 0, False)
+
+
+@functools.lru_cache(maxsize=16)
+def _tokens(whitespace) -> Tokens:
+    return Tokens(whitespace)
+
+
+class _Compiler:
+    def __init__(self, root, tokens: Tokens, lenient: bool, max_recursion_depth: int, max_nesting_depth: int):
+        self.tokens = tokens
+        self.lenient = lenient
+        self.max_recursion = max_recursion_depth
+        self.max_depth = max_nesting_depth
+        self.refs = RefResolver(root)
+        self.ref_counts: dict[int, int] = {}
+        self.cache: dict = {}
+
+    def unsupported(self, keyword: str, why: str) -> None:
+        if not self.lenient:
+            raise ConstraintError(f"{keyword}: unsupported ({why})")
+
+    def any(self, level: int) -> Dfa:
+        return self.tokens.any_value(self.max_depth - level)
+
+    def compile(self, schema, level: int, exact: bool) -> Dfa:
+        """The language of `schema` for a value at nesting `level` (exact: no under-approximation)."""
+        if schema is True:
+            return self.any(level)
+        if schema is False:
+            return EMPTY
+        if not isinstance(schema, dict):
+            raise ConstraintError(f"schema must be an object or a boolean, got {schema!r}")
+        key = (id(schema), min(level, self.max_depth), exact, tuple(sorted(self.ref_counts.items())))
+        if key not in self.cache:
+            self.cache[key] = (schema, self._compile(schema, level, exact))
+        return self.cache[key][1]
+
+    def _compile(self, schema: dict, level: int, exact: bool) -> Dfa:
+        self._check_unsupported(schema)
+        parts = [self._values(schema, level, exact)]
+        parts += [self.compile(s, level, exact) for s in _schema_list(schema, "allOf")]
+        if "anyOf" in schema:
+            parts.append(union(*(self.compile(s, level, exact) for s in _schema_list(schema, "anyOf"))))
+        if "oneOf" in schema:
+            parts.append(self._one_of(_schema_list(schema, "oneOf"), level, exact))
+        if "not" in schema:
+            parts.append(difference(self.any(level), self.compile(schema["not"], level, True)))
+        if "if" in schema:
+            parts.append(self._if_then_else(schema, level, exact))
+        if "$ref" in schema:
+            parts.append(self._ref(schema, level, exact))
+        parts.sort(key=lambda d: d.num_states)
+        result = parts[0]
+        for part in parts[1:]:
+            result = intersect(result, part)
+        return result
+
+    def _check_unsupported(self, schema: dict) -> None:
+        for kw in UNSUPPORTED:
+            if kw in schema:
+                self.unsupported(kw, "not a regular constraint")
+        in_place = any(k in schema for k in IN_PLACE)
+        for kw, local in (("unevaluatedProperties", "additionalProperties"), ("unevaluatedItems", "items")):
+            value = schema.get(kw, True)
+            if value is True or local in schema:
+                continue
+            if in_place or (kw == "unevaluatedProperties" and "patternProperties" in schema) or \
+                    (kw == "unevaluatedItems" and "contains" in schema):
+                self.unsupported(kw, "depends on what other subschemas evaluated")
+
+    # ----------------------------------------------------------------- types and values
+    def _values(self, schema: dict, level: int, exact: bool) -> Dfa:
+        types = _types(schema)
+        has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or \
+            any(k in schema for k in ("unevaluatedProperties", "unevaluatedItems"))
+        if "const" in schema or "enum" in schema:
+            values = [schema["const"]] if "const" in schema else schema["enum"]
+            if not isinstance(values, list):
+                raise ConstraintError("enum: expected a list")
+            values = [v for v in values if _type_allowed(json_type_of(v), types)]
+            lit = union(*(self.tokens.literal_value(v, exact=exact) for v in values))
+            if not has_type_keywords:
+                return lit
+            return intersect(lit, self._typed(schema, types, level, exact))
+        if types == ALL_TYPES and not has_type_keywords:
+            return self.any(level)
+        return self._typed(schema, types, level, exact)
+
+    def _typed(self, schema: dict, types: tuple, level: int, exact: bool) -> Dfa:
+        parts = []
+        if "null" in types:
+            parts.append(literal("null"))
+        if "boolean" in types:
+            parts.append(union(literal("true"), literal("false")))
+        if "number" in types or "integer" in types:
+            parts.append(number_dfa("number" not in types, schema))
+        if "string" in types:
+            parts.append(self._string(schema, exact))
+        if "array" in types:
+            parts.append(array_dfa(self, _with_unevaluated(schema, "unevaluatedItems", "items"), level, exact))
+        if "object" in types:
+            obj = _with_unevaluated(schema, "unevaluatedProperties", "additionalProperties")
+            parts.append(object_dfa(self, obj, level, exact))
+        return union(*parts)
+
+    def _string(self, schema: dict, exact: bool) -> Dfa:
+        patterns = schema.get("pattern")
+        if patterns is not None and not isinstance(patterns, str):
+            raise ConstraintError("pattern: expected a string")
+        extra = ()
+        fmt = schema.get("format")
+        if fmt is not None and not exact:
+            content = format_content(fmt) if isinstance(fmt, str) else None
+            extra = (content,) if content is not None else ()
+        return string_dfa(count_keyword(schema, "minLength", 0), count_keyword(schema, "maxLength", None),
+                          (patterns,) if patterns is not None else (), extra)
+
+    # ----------------------------------------------------------------- applicators
+    def _one_of(self, schemas: list, level: int, exact: bool) -> Dfa:
+        exacts = [self.compile(s, level, True) for s in schemas]
+        if exact:
+            return exactly_one(*exacts)
+        parts = []
+        for i, s in enumerate(schemas):
+            others = exacts[:i] + exacts[i + 1:]
+            parts.append(difference(self.compile(s, level, False), *others))
+        return union(*parts)
+
+    def _if_then_else(self, schema: dict, level: int, exact: bool) -> Dfa:
+        cond_exact = self.compile(schema["if"], level, True)
+        cond = cond_exact if exact else self.compile(schema["if"], level, False)
+        then = self.compile(schema.get("then", True), level, exact)
+        other = self.compile(schema.get("else", True), level, exact)
+        return union(intersect(cond, then), intersect(difference(self.any(level), cond_exact), other))
+
+    def _ref(self, schema: dict, level: int, exact: bool) -> Dfa:
+        ref = schema["$ref"]
+        if not isinstance(ref, str):
+            raise ConstraintError("$ref: expected a string")
+        target = self.refs.resolve(ref, schema)
+        key = id(target)
+        depth = self.ref_counts.get(key, 0)
+        if depth >= self.max_recursion:
+            if exact:
+                raise ConstraintError(f"$ref: recursion through {ref!r} deeper than max_recursion_depth "
+                                      "cannot be negated exactly")
+            return EMPTY
+        self.ref_counts[key] = depth + 1
+        try:
+            return self.compile(target, level, exact)
+        finally:
+            if depth:
+                self.ref_counts[key] = depth
+            else:
+                del self.ref_counts[key]
+
+
+def _schema_list(schema: dict, keyword: str) -> list:
+    value = schema[keyword] if keyword in schema else []
+    if not isinstance(value, list) or (keyword in schema and not value):
+        raise ConstraintError(f"{keyword}: expected a non-empty list of schemas")
+    return value
+
+
+def _types(schema: dict) -> tuple:
+    declared = schema.get("type")
+    if declared is None:
+        return ALL_TYPES
+    names = [declared] if isinstance(declared, str) else declared
+    if not isinstance(names, list) or any(n not in ALL_TYPES for n in names):
+        raise ConstraintError(f"type: invalid value {declared!r}")
+    return tuple(t for t in ALL_TYPES if t in names)
+
+
+def _type_allowed(value_type: str, types: tuple) -> bool:
+    return value_type in types or (value_type == "integer" and "number" in types)
+
+
+def _with_unevaluated(schema: dict, keyword: str, local: str) -> dict:
+    """unevaluated* without in-place applicators acts like its local counterpart."""
+    if keyword in schema and schema[keyword] is not True and local not in schema:
+        return {**schema, local: schema[keyword]}
+    return schema

@@ -1,0 +1,78 @@
+"""Resolution of `$ref` inside one schema document: JSON pointers, `$anchor`s and embedded `$id`s.
+
+Remote references (anything not defined inside the given schema, including metaschemas)
+raise ConstraintError: there is no network access at compile time.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urldefrag, urljoin
+
+from sgl_runtime.constrained.errors import ConstraintError
+
+_DEFAULT_BASE = "urn:sgl-root-schema"
+_NOT_SCHEMAS = ("enum", "const", "examples", "default")
+
+
+class RefResolver:
+    """Indexes a schema document once; resolves `$ref` strings relative to a node's base URI."""
+
+    def __init__(self, root) -> None:
+        self.root = root
+        self.base_of: dict[int, str] = {}
+        self.resources: dict[str, object] = {}
+        self.anchors: dict[str, object] = {}
+        self._index(root, _DEFAULT_BASE)
+
+    def _index(self, node, base: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                self._index(item, base)
+            return
+        if not isinstance(node, dict):
+            return
+        if isinstance(node.get("$id"), str):
+            base = urljoin(base, node["$id"])
+            base, _ = urldefrag(base)
+            self.resources.setdefault(base, node)
+        if base not in self.resources:
+            self.resources[base] = node
+        self.base_of[id(node)] = base
+        for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+                self.anchors.setdefault(f"{base}#{node[key]}", node)
+        for key, value in node.items():
+            if key not in _NOT_SCHEMAS:
+                self._index(value, base)
+
+    def base(self, node) -> str:
+        return self.base_of.get(id(node), _DEFAULT_BASE)
+
+    def resolve(self, ref: str, node) -> object:
+        """The schema that `ref` (found in `node`) points to."""
+        target = urljoin(self.base(node), ref)
+        doc_url, fragment = urldefrag(target)
+        doc = self.resources.get(doc_url)
+        if doc is None:
+            raise ConstraintError(f"$ref: cannot resolve remote reference {ref!r}")
+        if not fragment:
+            return doc
+        if fragment.startswith("/"):
+            return self._pointer(doc, fragment, ref)
+        anchored = self.anchors.get(f"{doc_url}#{fragment}")
+        if anchored is None:
+            raise ConstraintError(f"$ref: unknown anchor in {ref!r}")
+        return anchored
+
+    @staticmethod
+    def _pointer(doc, fragment: str, ref: str) -> object:
+        node = doc
+        for token in fragment.split("/")[1:]:
+            token = unquote(token).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise ConstraintError(f"$ref: pointer {ref!r} does not resolve")
+        return node
