@@ -49,7 +49,7 @@ class ModelRunner:
             model_config.num_layers, self.device,
         )
         self.attn_backend = self._make_attention_backend()
-        self.cuda_graph_runner = None  # plugged in by the CUDA-graph decode runner when enabled
+        self.cuda_graph_runner = self._make_cuda_graph_runner()
         logger.info(
             "model loaded on %s (%s): KV pool %d tokens, up to %d running requests, %s attention",
             self.device, model_config.dtype, self.max_total_num_tokens, self.max_running_requests,
@@ -117,6 +117,18 @@ class ModelRunner:
         from sgl_runtime.layers.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(self.token_to_kv_pool, self.req_to_token_pool)
+
+    def _make_cuda_graph_runner(self):
+        """Decode CUDA graphs on CUDA with the Triton backend, unless --disable-cuda-graph."""
+        if self.device == "cpu" or self.server_args.disable_cuda_graph:
+            return None
+        from sgl_runtime.layers.attention.triton_backend import TritonAttentionBackend
+
+        if not isinstance(self.attn_backend, TritonAttentionBackend):
+            return None
+        from sgl_runtime.model_executor.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(self, min(self.server_args.cuda_graph_max_bs, self.max_running_requests))
 
 
 def _has_module(name: str) -> bool:

@@ -1,0 +1,152 @@
+"""Decode attention (one new token per request) as split-KV flash-decoding with grouped query heads.
+
+Stage 1: program (request b, KV head g, split s) reads its share of the request's K/V once and
+attends all GROUP query heads that share g, writing a partial output and its log-sum-exp.
+Stage 2: program (b, h) merges the splits. The partial buffers have a fixed size (max batch x
+heads x max splits), so a CUDA graph can capture both launches.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from sgl_runtime.kernels._triton import next_power_of_2
+
+LOG2E = 1.4426950408889634
+MAX_SPLITS = 32
+BLOCK_N = 64
+
+
+def decode_attention_torch(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
+                           req_pool_indices: torch.Tensor, seq_lens: list[int], scale: float) -> torch.Tensor:
+    """Reference: q [B, H, D]; request b attends all its seq_lens[b] keys. Returns [B, H, D]."""
+    out = torch.empty_like(q)
+    group = q.shape[1] // k_buffer.shape[1]
+    for b, seq_len in enumerate(seq_lens):
+        slots = req_to_token[req_pool_indices[b], :seq_len].long()
+        k = k_buffer[slots].float().repeat_interleave(group, 1)  # [S, H, D]
+        v = v_buffer[slots].float().repeat_interleave(group, 1)  # [S, H, D]
+        scores = torch.einsum("hd,shd->hs", q[b].float(), k) * scale  # [H, S]
+        out[b] = torch.einsum("hs,shd->hd", scores.softmax(-1), v).to(q.dtype)
+    return out
+
+
+def num_splits_for(batch_size: int, kv_heads: int, num_sms: int = 132) -> int:
+    """Enough (request, KV head, split) programs to fill the GPU about twice, capped at MAX_SPLITS."""
+    want = -(-2 * num_sms // max(1, batch_size * kv_heads))
+    return max(2, min(MAX_SPLITS, next_power_of_2(want)))
+
+
+class DecodeWorkspace:
+    """Fixed-size fp32 partial-result buffers for up to `max_batch` requests (CUDA-graph safe)."""
+
+    def __init__(self, max_batch: int, heads: int, dim: int, device) -> None:
+        self.max_batch, self.heads, self.dim = max_batch, heads, dim
+        self.mid_out = torch.empty((max_batch, heads, MAX_SPLITS, dim), dtype=torch.float32, device=device)
+        self.mid_lse = torch.empty((max_batch, heads, MAX_SPLITS), dtype=torch.float32, device=device)
+
+
+def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                     workspace: DecodeWorkspace, num_splits: int, scale: float) -> None:
+    """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device."""
+    batch, heads, dim = q.shape
+    kv_heads = k_buffer.shape[1]
+    assert o.shape == q.shape and q.stride(2) == 1 and o.stride(2) == 1, (q.shape, o.shape)
+    assert heads % kv_heads == 0, f"{heads} query heads are not a multiple of {kv_heads} KV heads"
+    assert dim & (dim - 1) == 0, f"head dim {dim} must be a power of two"
+    assert k_buffer.shape == v_buffer.shape and k_buffer.shape[2] == dim and k_buffer.is_contiguous() and v_buffer.is_contiguous()
+    assert req_pool_indices.shape == seq_lens.shape == (batch,), (req_pool_indices.shape, seq_lens.shape)
+    assert req_to_token.stride(1) == 1 and 1 <= num_splits <= MAX_SPLITS
+    assert batch <= workspace.max_batch and (heads, dim) == (workspace.heads, workspace.dim), "workspace too small"
+    if batch == 0:
+        return
+    group = heads // kv_heads
+    mid_out, mid_lse = workspace.mid_out, workspace.mid_lse
+    stage1, stage2 = _kernels()
+    stage1[(batch, kv_heads, num_splits)](
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
+        scale * LOG2E, q.stride(0), q.stride(1), req_to_token.stride(0), num_splits,
+        mid_out.stride(0), mid_out.stride(1), mid_out.stride(2), mid_lse.stride(0), mid_lse.stride(1),
+        GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), KV_HEADS=kv_heads, D=dim, BLOCK_N=BLOCK_N,
+        num_warps=4, num_stages=2,
+    )
+    stage2[(batch, heads)](
+        mid_out, mid_lse, o, seq_lens, num_splits, mid_out.stride(0), mid_out.stride(1), mid_out.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1), o.stride(0), o.stride(1),
+        D=dim, SPLITS_PAD=MAX_SPLITS, num_warps=4,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _stage1(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
+                qk_scale, stride_qb, stride_qh, stride_rt, num_splits,
+                stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh,
+                GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+        b = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        split = tl.program_id(2)
+        seq_len = tl.load(seq_lens + b).to(tl.int32)
+        row = tl.load(req_pool_indices + b).to(tl.int64)
+        # Split length rounded to whole blocks, so every split but the last is full.
+        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+        lo = split * split_len
+        hi = tl.minimum(lo + split_len, seq_len)
+
+        offs_g = tl.arange(0, GROUP_PAD)
+        offs_d = tl.arange(0, D)
+        offs_n = tl.arange(0, BLOCK_N)
+        heads = kv_head * GROUP + offs_g
+        g_valid = offs_g < GROUP
+        q_tile = tl.load(q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                         mask=g_valid[:, None], other=0.0)  # [GROUP_PAD, D]
+        m_i = tl.full([GROUP_PAD], -1.0e30, dtype=tl.float32)
+        l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+        acc = tl.zeros([GROUP_PAD, D], dtype=tl.float32)
+        for start in range(lo, hi, BLOCK_N):
+            n = start + offs_n
+            n_valid = n < hi
+            slots = tl.load(req_to_token + row * stride_rt + n, mask=n_valid, other=0).to(tl.int64)
+            kv_off = slots[:, None] * (KV_HEADS * D) + kv_head * D + offs_d[None, :]
+            k_tile = tl.load(k_buffer + kv_off, mask=n_valid[:, None], other=0.0)  # [BLOCK_N, D]
+            qk = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 units
+            qk = tl.where(n_valid[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.exp2(qk - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v_tile = tl.load(v_buffer + kv_off, mask=n_valid[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
+            m_i = m_new
+        has_keys = hi > lo
+        lse = tl.where(has_keys, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        base = b.to(tl.int64) * stride_mob + split * stride_mos
+        tl.store(mid_out + base + heads[:, None] * stride_moh + offs_d[None, :], out, mask=g_valid[:, None])
+        tl.store(mid_lse + b.to(tl.int64) * stride_mlb + heads * stride_mlh + split, lse, mask=g_valid)
+
+    @triton.jit
+    def _stage2(mid_out, mid_lse, o, seq_lens, num_splits, stride_mob, stride_moh, stride_mos,
+                stride_mlb, stride_mlh, stride_ob, stride_oh, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        offs_s = tl.arange(0, SPLITS_PAD)
+        offs_d = tl.arange(0, D)
+        s_valid = offs_s < num_splits
+        lse = tl.load(mid_lse + b * stride_mlb + head * stride_mlh + offs_s, mask=s_valid, other=float("-inf"))
+        m = tl.max(lse, 0)
+        w = tl.where(s_valid, tl.exp2(lse - m), 0.0)  # [SPLITS_PAD]
+        parts = tl.load(mid_out + b * stride_mob + head * stride_moh + offs_s[:, None] * stride_mos + offs_d[None, :],
+                        mask=s_valid[:, None], other=0.0)  # [SPLITS_PAD, D]
+        out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
+        tl.store(o + b * stride_ob + head * stride_oh + offs_d, out.to(o.dtype.element_ty))
+
+    return _stage1, _stage2
