@@ -1,0 +1,40 @@
+"""Helpers shared by the engine tests: tiny checkpoints, engines on them, transformers references."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+
+from model_fixtures import _hf_model, make_tiny_checkpoint
+
+# One intra-op thread: the tiny models are latency-bound, and CI machines are shared.
+torch.set_num_threads(1)
+
+
+def checkpoint(tmp_path_factory, arch: str) -> str:
+    return make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch))
+
+
+def random_prompts(lengths: Sequence[int], seed: int = 0, vocab: int = 150000) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
+
+
+def hf_greedy(path: str, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+    """transformers' greedy continuation (argmax of its logits, recomputed each step; never stops early)."""
+    model = _hf_model(path)
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def hf_logprobs(path: str, token_ids: Sequence[int]) -> torch.Tensor:
+    """[len, vocab] log_softmax of transformers' logits for one sequence."""
+    model = _hf_model(path)
+    with torch.no_grad():
+        logits = model(torch.tensor([list(token_ids)])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)

@@ -1,0 +1,94 @@
+"""Request handling: bad input raises naming the field, abort frees memory, flush only when idle, streaming."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_fixtures import checkpoint, random_prompts
+from sgl_runtime.engine import Engine
+from sgl_runtime.io_struct import AbortReq, FlushCacheReq, TokenizedGenerateReqInput
+from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return Engine(checkpoint(tmp_path_factory, "qwen2"), device="cpu", max_total_tokens=256)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"prompt": "hi", "sampling_params": {"max_new_tokenz": 3}}, "max_new_tokenz"),
+        ({"prompt": "hi", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+        ({"prompt": "hi", "sampling_params": {"temperature": -0.5}}, "temperature"),
+        ({"prompt": "hi", "sampling_params": {"top_p": 0.0}}, "top_p"),
+        ({"prompt": "hi", "sampling_params": {"top_p": 1.5}}, "top_p"),
+        ({"prompt": ""}, "prompt"),
+        ({"input_ids": []}, "input_ids"),
+        ({"input_ids": [1] * 600}, "prompt"),  # the tiny checkpoints have a context length of 512
+        ({"prompt": "a", "input_ids": [1]}, "prompt/input_ids"),
+        ({"input_ids": [1, 2, 3], "return_logprob": True, "logprob_start_len": 3}, "logprob_start_len"),
+    ],
+)
+def test_bad_input_raises_naming_the_field(engine, kwargs, field):
+    with pytest.raises(InvalidRequestError, match=field.replace("/", ".")):
+        engine.generate(**kwargs)
+
+
+def _request(rid: str, ids: list[int], max_new: int, stream: bool = False, **params) -> TokenizedGenerateReqInput:
+    return TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, stream=stream,
+                                     sampling_params=SamplingParams(max_new_tokens=max_new, ignore_eos=True, **params))
+
+
+def test_abort_running_and_queued_requests_frees_memory(engine):
+    scheduler = engine.scheduler
+    assert engine.flush_cache()
+    a, b = random_prompts((30, 20), seed=31)
+    scheduler.handle(_request("run", a, 200))
+    for _ in range(3):
+        scheduler.step()
+    scheduler.handle(_request("queued", b, 200))
+    assert scheduler.handle(FlushCacheReq()).success is False  # busy: refused
+    scheduler.handle(AbortReq(rid="run"))
+    scheduler.handle(AbortReq(rid="queued"))
+    out = scheduler.step()
+    finished = {o.rid: o.finished_reason for o in out.outputs}
+    assert finished == {"run": {"type": "abort", "message": "aborted"}, "queued": {"type": "abort", "message": "aborted"}}
+    assert not scheduler.has_work()
+    scheduler.tree_cache.check_integrity()
+    assert scheduler.tree_cache.protected_size() == 0
+    assert scheduler.kv_available_size() + scheduler.tree_cache.evictable_size() == scheduler.max_total_num_tokens
+    assert scheduler.handle(FlushCacheReq()).success is True
+    assert scheduler.kv_available_size() == scheduler.max_total_num_tokens
+    assert scheduler.req_to_token_pool.available_size() == scheduler.req_to_token_pool.size
+
+
+def test_streaming_outputs_arrive_every_interval(engine):
+    scheduler = engine.scheduler
+    (prompt,) = random_prompts((5,), seed=32)
+    scheduler.handle(_request("s", prompt, 6, stream=True, temperature=0))
+    chunks = []
+    while scheduler.has_work():
+        out = scheduler.step()
+        chunks.extend(o for o in (out.outputs if out else ()) if o.rid == "s")
+    assert [len(c.new_output_ids) for c in chunks] == [1] * 6
+    assert [c.finished_reason is not None for c in chunks] == [False] * 5 + [True]
+    assert chunks[-1].completion_tokens == 6
+
+
+def test_scheduler_rejects_bad_messages_per_request(engine):
+    scheduler = engine.scheduler
+    scheduler.handle(_request("empty", [], 3))
+    scheduler.handle(_request("huge", [1] * 300, 3))  # longer than the 256-token pool
+    out = scheduler.step()
+    errors = {o.rid: o.error for o in out.outputs}
+    assert "empty" in errors["empty"] and "KV cache" in errors["huge"]
+    assert all(o.finished_reason["type"] == "abort" for o in out.outputs)
+
+
+def test_get_stats(engine):
+    stats = engine.get_stats()
+    for key in ("num_running_reqs", "num_waiting_reqs", "token_usage", "cache_hit_rate", "gen_throughput",
+                "max_total_num_tokens", "available_kv_tokens"):
+        assert key in stats
+    assert stats["max_total_num_tokens"] == 256
