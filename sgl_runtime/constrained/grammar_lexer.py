@@ -72,6 +72,8 @@ class LexerContext:
     def _row(self, key: tuple):
         """Next state, event and closed type for all 256 bytes from product state `key`."""
         n, cols = self.n, np.arange(256)
+        if n == 0:  # a parser state that only accepts the end of input
+            return np.full(256, -1), np.full(256, DEAD), np.full(256, -1)
         w, wtype = key[n], key[n + 1]
         d = np.full((n, 256), -1, dtype=np.int64)
         lab = np.full((n, 256), -1, dtype=np.int64)

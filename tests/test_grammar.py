@@ -1,0 +1,221 @@
+"""Grammar constraints on tiny hand-made vocabularies: exact masks, lark agreement, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import lark
+import numpy as np
+import pytest
+
+from grammar_oracle import lark_parses, lark_viable
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar import compile_grammar
+from sgl_runtime.constrained.grammar_source import GRAMMAR_DIR, shipped_grammar_names
+from sgl_runtime.constrained.vocabulary import Vocabulary
+
+JSON_TOKENS = ['{', '}', '[', ']', '"', 'a', '"a"', ':', ',', '1', '12', '1.', '.5', ' ', 'true',
+               'tr', 'ue', 'x', '"a":1}', '}]', '\n', 'e3', '-', '0', '\\', 'n"']
+EOS = len(JSON_TOKENS)
+
+
+def make_vocab(tokens: list[str]) -> Vocabulary:
+    return Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)])
+
+
+def allowed_strings(matcher, tokens: list[str]) -> set[str]:
+    bits = np.unpackbits(matcher.bitmask().view(np.uint8), bitorder="little")
+    out = {tokens[i] for i in range(len(tokens)) if bits[i]}
+    if bits[len(tokens)]:
+        out.add("<eos>")
+    return out
+
+
+def matcher_after(constraint, tokens: list[str], pieces: list[str]):
+    m = constraint.matcher()
+    for p in pieces:
+        m.advance(tokens.index(p))
+    return m
+
+
+@pytest.fixture(scope="module")
+def json_tiny():
+    return compile_grammar("json", make_vocab(JSON_TOKENS))
+
+
+@pytest.mark.parametrize("pieces, expected", [
+    ([], {'{', '[', '"', '"a"', '1', '12', '1.', ' ', 'true', 'tr', '\n', '-', '0'}),
+    (['{'], {'}', '"', '"a"', ' ', '\n', '"a":1}'}),
+    (['{', '"a"'], {':', ' ', '\n'}),
+    (['[', '1.'], {'1', '12', '0'}),
+    (['[', '12'], {']', ',', '1', '12', '1.', '.5', ' ', '\n', 'e3', '0'}),
+    (['[', 'tr'], {'ue'}),
+    (['"a"'], {' ', '\n', '<eos>'}),
+    (['"'], {'a', '"', 'n"', ' ', '1', '12', '1.', '.5', 'true', 'tr', 'ue', 'x', '{', '}',
+             '[', ']', '}]', ':', ',', 'e3', '-', '0', '\\'}),
+    (['"', '\\'], {'"', '\\', 'n"', 'true', 'tr', 'ue', '"a"'}),  # escapes: \" \\ \n \t \u
+    (['0'], {'<eos>', ' ', '\n', '.5', 'e3'}),
+])
+def test_json_exact_masks(json_tiny, pieces, expected):
+    assert allowed_strings(matcher_after(json_tiny, JSON_TOKENS, pieces), JSON_TOKENS) == expected
+
+
+def test_json_masks_agree_with_lark_oracle_on_all_short_prefixes(json_tiny):
+    parser = lark.Lark((GRAMMAR_DIR / "json.lark").read_text(), parser="lalr")
+    seen = 0
+    for n in range(4):
+        for pieces in itertools.product(JSON_TOKENS[:20], repeat=n):
+            m = json_tiny.matcher()
+            try:
+                for p in pieces:
+                    m.advance(JSON_TOKENS.index(p))
+            except ConstraintError:
+                assert not lark_viable(parser, "".join(pieces))
+                continue
+            prefix = "".join(pieces)
+            got = allowed_strings(m, JSON_TOKENS)
+            for t in JSON_TOKENS:
+                assert (t in got) == lark_viable(parser, prefix + t), (prefix, t)
+            assert ("<eos>" in got) == lark_parses(parser, prefix), prefix
+            seen += 1
+    assert seen > 300
+
+
+def test_advance_rejects_what_the_mask_forbids(json_tiny):
+    m = json_tiny.matcher()
+    with pytest.raises(ConstraintError, match="not allowed"):
+        m.advance(JSON_TOKENS.index('}'))
+    with pytest.raises(ConstraintError, match="EOS"):
+        m.advance(EOS)
+    m.advance(JSON_TOKENS.index('"a"'))
+    assert m.is_accepting() and not m.is_terminated()
+    m.advance(EOS)
+    assert m.is_terminated() and m.is_accepting()
+    with pytest.raises(ConstraintError):
+        m.advance(JSON_TOKENS.index(' '))
+
+
+def test_copy_is_independent(json_tiny):
+    m = json_tiny.matcher()
+    m.advance(JSON_TOKENS.index('['))
+    c = m.copy()
+    c.advance(JSON_TOKENS.index(']'))
+    assert c.is_accepting() and not m.is_accepting()
+
+
+def test_whitespace_is_bounded():
+    tokens = [' ', '1']
+    c = compile_grammar("json", make_vocab(tokens), max_ignore_bytes=3)
+    m = c.matcher()
+    for _ in range(3):
+        assert ' ' in allowed_strings(m, tokens)
+        m.advance(0)
+    assert allowed_strings(m, tokens) == {'1'}
+    assert not c.accepts("    1") and c.accepts("   1   ")
+
+
+ARITH_TOKENS = ['1', '.', '5', '1.', 'x', '+', '-', '(', ')', ' ', 'f(', ',', '*', '.5']
+
+
+@pytest.mark.parametrize("pieces, expected", [
+    ([], {'1', '1.', '5', 'x', '-', '(', ' ', 'f('}),
+    (['1.'], {'1', '5'}),  # "1." lexes as NUMBER "1" then "." unless a digit follows
+    (['1'], {'1', '.', '5', '1.', '+', '-', ')', ' ', '*', '.5', '<eos>'} - {')'}),
+    (['f(', '1'], {'1', '.', '5', '1.', '+', '-', ')', ' ', '*', '.5', ','}),
+    (['x'], {'1', '5', 'x', '+', '-', ' ', '*', '(', 'f(', '<eos>'}),
+])
+def test_arithmetic_exact_masks(pieces, expected):
+    c = compile_grammar("arithmetic", make_vocab(ARITH_TOKENS))
+    assert allowed_strings(matcher_after(c, ARITH_TOKENS, pieces), ARITH_TOKENS) == expected
+
+
+def test_sql_keywords_follow_lark_retyping():
+    tokens = ['SELECT', ' ', 'a', ' FROM', ' from', ' t', ' fromage', 'select', ' WHERE', ' x', ' =', ' 1', ';']
+    c = compile_grammar("sql", make_vocab(tokens))
+    parser = lark.Lark((GRAMMAR_DIR / "sql.lark").read_text(), parser="lalr")
+    for prefix in ["", "SELECT", "SELECT a", "SELECT a FROM", "SELECT a fromage", "select a from t",
+                   "SELECT a FROM t WHERE x =", "SELECT a FROM t WHERE x = 1"]:
+        m = c.matcher()
+        state = c.engine.feed(c.engine.initial, prefix.encode())
+        assert state is not None, prefix
+        m.state = state
+        got = allowed_strings(m, tokens)
+        for t in tokens:
+            assert (t in got) == lark_viable(parser, prefix + t), (prefix, t)
+        assert ("<eos>" in got) == lark_parses(parser, prefix), prefix
+
+
+@pytest.mark.parametrize("name", ["json", "arithmetic", "sql"])
+def test_accepts_agrees_with_lark(name):
+    parser = lark.Lark((GRAMMAR_DIR / f"{name}.lark").read_text(), parser="lalr")
+    c = compile_grammar(name, make_vocab(['x']))
+    rng = random.Random(1)
+    samples = SAMPLES[name]
+    mutated = []
+    for s in samples:
+        for _ in range(15):
+            i = rng.randrange(len(s) + 1)
+            op = rng.random()
+            if op < 0.4:
+                mutated.append(s[:i] + s[i + 1:])
+            elif op < 0.8:
+                mutated.append(s[:i] + rng.choice(" ,:\"[]{}()+-*1.aeE'=;") + s[i:])
+            else:
+                mutated.append(s[:i])
+    for text in samples + mutated:
+        assert c.accepts(text) == lark_parses(parser, text), text
+    assert all(c.accepts(s) for s in samples)
+
+
+SAMPLES = {
+    "json": [json.dumps(v) for v in [{"a": [1, 2.5, -3e-2, True, None], "b": {"c": "d\u00e9\\n"}},
+                                     [], {}, "x", 0, [[[]]], {"k": False}]] + ['{ "a" :\n[ 1 , 2 ] }'],
+    "arithmetic": ["1 + 2 * x", "-(3.5 - y) / f(1, 2)", "g()", "--1", "a*b*c"],
+    "sql": ["SELECT a FROM t", "select distinct a, b AS c from t1 x where a > 1 and not b = 'q' order by a desc limit 3;",
+            "SELECT count(*) FROM t LEFT JOIN u ON t.id = u.id GROUP BY a, b",
+            "SELECT * FROM t WHERE (a < 1 OR b <> 2) AND c >= 3.5"],
+}
+
+
+def test_inline_grammar_text():
+    g = 'start: "yes" | "no" | "n/a" NUMBER\nNUMBER: /[0-9]+/\n'
+    tokens = ['yes', 'no', 'n', '/a', '1', '12', 'y']
+    c = compile_grammar(g, make_vocab(tokens))
+    assert allowed_strings(c.matcher(), tokens) == {'yes', 'no', 'n', 'y'}
+    m = matcher_after(c, tokens, ['n'])
+    assert allowed_strings(m, tokens) == {'/a'}
+    m = matcher_after(c, tokens, ['n', '/a'])
+    assert allowed_strings(m, tokens) == {'1', '12'}
+    m.advance(tokens.index('12'))
+    assert allowed_strings(m, tokens) == {'1', '12', '<eos>'}
+    assert c.accepts("n/a7") and not c.accepts("n/a")
+
+
+def test_bad_grammars_raise_constraint_error_with_lark_message():
+    with pytest.raises(ConstraintError, match="invalid lark grammar.*"):
+        compile_grammar("start: foo\n", make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="invalid lark grammar"):
+        compile_grammar('start: "a" | \n  %%%', make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="unknown grammar 'nosuch'"):
+        compile_grammar("nosuch", make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="unknown grammar option"):
+        compile_grammar("json", make_vocab(['x']), bogus=1)
+    with pytest.raises(ConstraintError, match="ABC"):
+        compile_grammar('start: ABC\nABC: /(?<=a)b/\n', make_vocab(['x']))
+
+
+def test_shipped_grammars_by_name_and_file_name():
+    assert {"json", "arithmetic", "sql"} <= set(shipped_grammar_names())
+    c = compile_grammar("json.lark", make_vocab(['x']))
+    assert c.accepts('{"a": 1}')
+
+
+def test_forced_string_and_tokens_on_json(json_tiny):
+    m = matcher_after(json_tiny, JSON_TOKENS, ['{', '"a"'])
+    assert m.forced_string() == ":"
+    m = matcher_after(json_tiny, JSON_TOKENS, ['[', 'tr'])
+    assert m.forced_string() == "ue"
+    assert matcher_after(json_tiny, JSON_TOKENS, ['[']).forced_string() == ""
+    assert matcher_after(json_tiny, JSON_TOKENS, ['"a"']).forced_string() == ""
