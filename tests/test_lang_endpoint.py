@@ -1,8 +1,8 @@
 """RuntimeEndpoint's wire protocol against a tiny in-process HTTP server with character tokens.
 
 The fake server follows the runtime's /generate contract: one token per character (id = ord),
-prompt logprob entries [logprob, id, text] for positions after logprob_start_len (a None entry
-for position 0), list in -> list out, SSE streaming with cumulative text, JSON errors.
+prompt logprob entries [logprob, id, text] for tokens from logprob_start_len on (None for
+token 0), list in -> list out, SSE streaming with cumulative text, JSON errors.
 """
 
 import json
@@ -21,8 +21,8 @@ def char_logprob(ch: str) -> float:
 
 
 def prompt_entries(ids: list, start: int) -> list:
-    entries = [[None, ids[0], chr(ids[0])]] if start == 0 else []
-    return entries + [[char_logprob(chr(t)), t, chr(t)] for t in ids[max(start, 0) + 1:]]
+    """Tokens start .. len-1, each scored given those before it; token 0 has no logprob."""
+    return [[None if i == 0 else char_logprob(chr(t)), t, chr(t)] for i, t in enumerate(ids) if i >= start]
 
 
 class FakeRuntime(BaseHTTPRequestHandler):
@@ -115,7 +115,7 @@ def test_select_is_one_commit_and_one_batched_scoring_request(backend, method):
     state = prog.run(backend=backend)
     commit, scoring = FakeRuntime.requests_seen[:2]
     assert commit == {"text": prefix, "sampling_params": {"max_new_tokens": 0}}
-    assert scoring["text"] == [prefix + c for c in choices] and scoring["logprob_start_len"] == len(prefix) - 2
+    assert scoring["text"] == [prefix + c for c in choices] and scoring["logprob_start_len"] == len(prefix) - 1
     expected = [sum(char_logprob(ch) for ch in c) / len(c) for c in choices]
     meta = state.get_meta_info("x")
     assert meta["normalized_prompt_logprobs"] == pytest.approx(expected)

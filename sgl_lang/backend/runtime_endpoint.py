@@ -23,7 +23,7 @@ class RuntimeEndpoint(BaseBackend):
         self.timeout = timeout
         self.model_info = self._request("GET", "/get_model_info")
         self.chat_template = chat_template or chat_template_from_jinja(
-            self.model_info.get("chat_template"), self.model_info.get("special_tokens")
+            self.model_info.get("chat_template"), _template_tokens(self.model_info)
         )
 
     # Server information and cache control
@@ -70,7 +70,7 @@ class RuntimeEndpoint(BaseBackend):
             "sampling_params": {"max_new_tokens": 0, "temperature": 0},
             "return_logprob": True,
             "return_text_in_logprobs": True,
-            "logprob_start_len": max(prompt_len - 2, 0),
+            "logprob_start_len": max(prompt_len - 1, 0),
         })
         inputs = [choice_token_logprobs(prefix, r["meta_info"]["input_token_logprobs"], prompt_len) for r in results]
         unconditional = self._unconditional(inputs) if choices_method.requires_unconditional_logprobs else None
@@ -111,7 +111,10 @@ class RuntimeEndpoint(BaseBackend):
         except requests.RequestException as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
         _raise_for_status(res)
-        return res.json() if res.content else None
+        try:
+            return res.json() if res.content else None
+        except ValueError:  # plain-text answers (e.g. /flush_cache)
+            return res.text
 
     def _stream(self, path: str, body: dict) -> Iterator[dict]:
         try:
@@ -135,8 +138,9 @@ class RuntimeEndpoint(BaseBackend):
 def choice_token_logprobs(prefix: str, entries: list, prompt_len: int) -> list:
     """The logprob entries of a choice's own tokens.
 
-    The request asks for logprobs from position prompt_len - 2, so the first entry is the
-    prefix's last token (entries score token p+1 given tokens <= p; position 0 comes as None).
+    The request asks for logprobs from position prompt_len - 1 (entry i scores the token at
+    logprob_start_len + i given the tokens before it; token 0 comes as None), so the first entry
+    is the prefix's last token.
     A token spanning the prefix/choice boundary is scored with the choice ("token healing");
     when the first token still belongs to the prefix alone (its text ends the prefix), it is
     dropped.
@@ -147,6 +151,13 @@ def choice_token_logprobs(prefix: str, entries: list, prompt_len: int) -> list:
     if first_text is not None and prefix.endswith(first_text):
         return list(entries[1:])
     return list(entries)
+
+
+def _template_tokens(model_info: dict) -> dict:
+    """Special-token strings a chat template may reference. bos_token stays empty: the server's
+    tokenizer adds BOS itself when it encodes the program text."""
+    names = ("eos_token", "pad_token", "unk_token")
+    return {name: model_info[name] for name in names if isinstance(model_info.get(name), str)}
 
 
 def _error_message(obj: Any) -> str:
