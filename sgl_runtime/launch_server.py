@@ -21,18 +21,27 @@ DEMO_MODEL_NAME = "sgl-demo"
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    sys.exit(launch_server(parse_args(argv)))
+    try:
+        server_args = parse_args(argv)
+    except ValueError as exc:  # ServerArgs' own validation (argparse handles types and choices)
+        sys.exit(f"launch_server: error: {exc}")
+    sys.exit(launch_server(server_args))
 
 
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until it is stopped; return the process exit code (0 clean, 1 failure)."""
     configure_logging(server_args.log_level)
     signal.signal(signal.SIGTERM, _exit_on_signal)  # clean up children if stopped while starting
-    server_args = resolve_model(server_args)
+    try:
+        server_args = resolve_model(server_args)
+        model_info = read_model_info(server_args)
+    except (OSError, ValueError) as exc:
+        logger.error("cannot serve the model: %s", exc)
+        return 1
     addresses = IpcAddresses.make()
     children = ChildProcesses()
     try:
-        return _serve(server_args, addresses, children)
+        return _serve(server_args, model_info, addresses, children)
     except ChildProcessFailed as exc:
         logger.error("server failed: %s", exc)
         return 1
@@ -54,7 +63,7 @@ def resolve_model(server_args: ServerArgs) -> ServerArgs:
                                served_model_name=server_args.served_model_name or DEMO_MODEL_NAME)
 
 
-def _serve(server_args: ServerArgs, addresses: IpcAddresses, children: ChildProcesses) -> int:
+def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, children: ChildProcesses) -> int:
     import uvicorn
 
     from sgl_runtime.entrypoints.http_server import build_app
@@ -63,7 +72,6 @@ def _serve(server_args: ServerArgs, addresses: IpcAddresses, children: ChildProc
     from sgl_runtime.managers.scheduler_process import run_scheduler_process
     from sgl_runtime.managers.tokenizer_manager import TokenizerManager
 
-    model_info = _model_info(server_args)
     children.start("scheduler", run_scheduler_process, server_args, addresses)
     children.start("detokenizer", run_detokenizer_process, server_args, addresses)
     metrics = ServerMetrics()
@@ -88,7 +96,8 @@ def _serve(server_args: ServerArgs, addresses: IpcAddresses, children: ChildProc
     return 0
 
 
-def _model_info(server_args: ServerArgs):
+def read_model_info(server_args: ServerArgs):
+    """Context length, vocabulary size and EOS ids, read from the checkpoint's config files."""
     from sgl_runtime.managers.tokenizer_manager import ModelInfo
     from sgl_runtime.model_config import ModelConfig
 
