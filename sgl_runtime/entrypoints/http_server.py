@@ -162,6 +162,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         message, param = describe_validation_errors(list(exc.errors()))
         return error_response(400, message, param=param)
 
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        logger.exception("error while serving %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+
     @app.exception_handler(ClientDisconnected)
     async def disconnected(_: Request, exc: ClientDisconnected):
         return error_response(499, "client disconnected; request aborted")
