@@ -25,7 +25,7 @@ def validate_request(msg: TokenizedGenerateReqInput, context_length: int, vocab_
         return f"input_ids: token id {bad!r} is outside the vocabulary [0, {vocab_size})"
     if msg.top_logprobs_num < 0:
         return f"top_logprobs_num: must be >= 0, got {msg.top_logprobs_num}"
-    if msg.logprob_start_len >= len(ids):
+    if msg.return_logprob and msg.logprob_start_len >= len(ids):
         return f"logprob_start_len: must be < the prompt length ({len(ids)}), got {msg.logprob_start_len}"
     return None
 

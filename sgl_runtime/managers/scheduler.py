@@ -15,7 +15,7 @@ import torch
 from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
-from sgl_runtime.managers.batch_result import make_token_output, process_batch_logits, should_stream
+from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
 from sgl_runtime.managers.prefill_adder import AddResult, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
@@ -168,8 +168,11 @@ class Scheduler:
             return
         idle = not (self.waiting or self.running or self.chunked_req)
         ready, failed = self.constraints.poll(block=idle)
-        self.waiting.extend(ready)
         self.outbox.extend(failed)
+        for req in ready:
+            if not self.server_args.disable_jump_forward:
+                jump_forward_(req)  # text forced from the start is prefilled with the prompt
+            (self.outbox if req.finished else self.waiting).append(req)
 
     def _make_constraint_cache(self):
         from sgl_runtime.constrained.cache import ConstraintCache

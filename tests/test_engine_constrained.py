@@ -1,0 +1,82 @@
+"""Constrained generation through the scheduler: outputs satisfy the constraint, jump-forward saves
+forward passes, compile errors fail only their own request."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from engine_fixtures import checkpoint, random_prompts
+from sgl_runtime.engine import Engine
+from sgl_runtime.sampling_params import InvalidRequestError
+
+REGEX = r"(yes|no|maybe) [0-9]{2,4}\.[a-z]{1,6}"
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}, "ok": {"type": "boolean"}},
+    "required": ["name", "age", "ok"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return checkpoint(tmp_path_factory, "llama3")
+
+
+@pytest.fixture(scope="module")
+def engine(model_path):
+    return Engine(model_path, device="cpu", max_total_tokens=4096)
+
+
+def _prompts(n: int) -> list[list[int]]:
+    return random_prompts([5] * n, seed=41)
+
+
+def test_regex_outputs_match_at_temperature_1(engine):
+    params = [{"regex": REGEX, "temperature": 1.0, "max_new_tokens": 40, "seed": i} for i in range(8)]
+    results = engine.generate(input_ids=_prompts(8), sampling_params=params)
+    for r in results:
+        assert r["meta_info"]["finish_reason"]["type"] == "stop", r
+        assert re.fullmatch(REGEX, r["text"]), r["text"]
+
+
+@pytest.mark.parametrize("jump_forward", [True, False])
+def test_json_schema_outputs_validate_and_jump_forward_saves_passes(model_path, engine, jump_forward):
+    target = engine if jump_forward else Engine(model_path, device="cpu", max_total_tokens=4096,
+                                                disable_jump_forward=True)
+    params = [{"json_schema": json.dumps(SCHEMA), "temperature": 1.0, "max_new_tokens": 80, "seed": i}
+              for i in range(6)]
+    results = target.generate(input_ids=_prompts(6), sampling_params=params)
+    for r in results:
+        meta = r["meta_info"]
+        assert meta["finish_reason"]["type"] == "stop", r
+        jsonschema.validate(json.loads(r["text"]), SCHEMA)
+        if jump_forward:
+            assert meta["forward_passes"] < meta["completion_tokens"], meta
+        else:
+            assert meta["forward_passes"] == meta["completion_tokens"], meta
+
+
+def test_choices_constraint(engine):
+    choices = ["red", "green", "blue sky"]
+    results = engine.generate(input_ids=_prompts(4), sampling_params={"choices": choices, "temperature": 1.0})
+    assert all(r["text"] in choices for r in results)
+
+
+def test_bad_regex_fails_only_its_request(engine):
+    with pytest.raises(InvalidRequestError, match="regex"):
+        engine.generate(input_ids=_prompts(2), sampling_params=[{"regex": "(unclosed"}, {"max_new_tokens": 3}])
+    ok = engine.generate(input_ids=_prompts(1)[0], sampling_params={"max_new_tokens": 3, "ignore_eos": True})
+    assert ok["meta_info"]["completion_tokens"] == 3
+
+
+def test_forced_text_is_jumped_over_from_the_start(engine):
+    r = engine.generate(input_ids=_prompts(1)[0], sampling_params={"regex": "The answer is (42|43)!", "temperature": 1.0})
+    assert re.fullmatch("The answer is (42|43)!", r["text"])
+    assert r["meta_info"]["forward_passes"] <= 3 < r["meta_info"]["completion_tokens"]
+    fixed = engine.generate(input_ids=_prompts(1)[0], sampling_params={"regex": "fully forced"})
+    assert fixed["text"] == "fully forced" and fixed["meta_info"]["forward_passes"] == 0
