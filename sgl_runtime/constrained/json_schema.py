@@ -32,7 +32,9 @@ from sgl_runtime.constrained.json_schema_numbers import number_dfa
 from sgl_runtime.constrained.json_schema_objects import object_dfa
 from sgl_runtime.constrained.json_schema_refs import RefResolver
 from sgl_runtime.constrained.json_schema_strings import string_dfa
-from sgl_runtime.constrained.json_schema_values import Tokens, count_keyword, json_type_of
+from sgl_runtime.constrained.json_schema_values import (
+    EXACT, FREE_ORDER, NORMAL, Tokens, count_keyword, json_type_of,
+)
 
 __all__ = ["schema_to_fsm", "schema_to_dfa", "ConstraintError"]
 
@@ -50,7 +52,7 @@ UNSUPPORTED = ("dependentSchemas", "$dynamicRef", "$recursiveRef")
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 4) -> FSM:
+                  max_nesting_depth: int = 3) -> FSM:
     """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
 
     whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
@@ -64,7 +66,7 @@ def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursi
 
 
 def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 4) -> Dfa:
+                  max_nesting_depth: int = 3) -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
         import json
@@ -99,33 +101,35 @@ class _Compiler:
     def any(self, level: int) -> Dfa:
         return self.tokens.any_value(self.max_depth - level)
 
-    def compile(self, schema, level: int, exact: bool) -> Dfa:
-        """The language of `schema` for a value at nesting `level` (exact: no under-approximation)."""
+    def compile(self, schema, level: int, mode: int) -> Dfa:
+        """The language of `schema` for a value at nesting `level` (mode: NORMAL, FREE_ORDER or EXACT)."""
         if schema is True:
             return self.any(level)
         if schema is False:
             return EMPTY
         if not isinstance(schema, dict):
             raise ConstraintError(f"schema must be an object or a boolean, got {schema!r}")
-        key = (id(schema), min(level, self.max_depth), exact, tuple(sorted(self.ref_counts.items())))
+        key = (id(schema), min(level, self.max_depth), mode, tuple(sorted(self.ref_counts.items())))
         if key not in self.cache:
-            self.cache[key] = (schema, self._compile(schema, level, exact))
+            self.cache[key] = (schema, self._compile(schema, level, mode))
         return self.cache[key][1]
 
-    def _compile(self, schema: dict, level: int, exact: bool) -> Dfa:
+    def _compile(self, schema: dict, level: int, mode: int) -> Dfa:
         self._check_unsupported(schema)
-        parts = [self._values(schema, level, exact)]
-        parts += [self.compile(s, level, exact) for s in _schema_list(schema, "allOf")]
+        if "allOf" in schema or ("$ref" in schema and any(k in schema for k in TYPE_KEYWORDS["object"])):
+            mode = max(mode, FREE_ORDER)  # several schemas constrain the same object's keys
+        parts = [self._values(schema, level, mode)]
+        parts += [self.compile(s, level, mode) for s in _schema_list(schema, "allOf")]
         if "anyOf" in schema:
-            parts.append(union(*(self.compile(s, level, exact) for s in _schema_list(schema, "anyOf"))))
+            parts.append(union(*(self.compile(s, level, mode) for s in _schema_list(schema, "anyOf"))))
         if "oneOf" in schema:
-            parts.append(self._one_of(_schema_list(schema, "oneOf"), level, exact))
+            parts.append(self._one_of(_schema_list(schema, "oneOf"), level, mode))
         if "not" in schema:
-            parts.append(difference(self.any(level), self.compile(schema["not"], level, True)))
+            parts.append(difference(self.any(level), self.compile(schema["not"], level, EXACT)))
         if "if" in schema:
-            parts.append(self._if_then_else(schema, level, exact))
+            parts.append(self._if_then_else(schema, level, mode))
         if "$ref" in schema:
-            parts.append(self._ref(schema, level, exact))
+            parts.append(self._ref(schema, level, mode))
         parts.sort(key=lambda d: d.num_states)
         result = parts[0]
         for part in parts[1:]:
@@ -146,7 +150,7 @@ class _Compiler:
                 self.unsupported(kw, "depends on what other subschemas evaluated")
 
     # ----------------------------------------------------------------- types and values
-    def _values(self, schema: dict, level: int, exact: bool) -> Dfa:
+    def _values(self, schema: dict, level: int, mode: int) -> Dfa:
         types = _types(schema)
         has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or \
             any(k in schema for k in ("unevaluatedProperties", "unevaluatedItems"))
@@ -155,15 +159,15 @@ class _Compiler:
             if not isinstance(values, list):
                 raise ConstraintError("enum: expected a list")
             values = [v for v in values if _type_allowed(json_type_of(v), types)]
-            lit = union(*(self.tokens.literal_value(v, exact=exact) for v in values))
+            lit = union(*(self.tokens.literal_value(v, exact=mode == EXACT) for v in values))
             if not has_type_keywords:
                 return lit
-            return intersect(lit, self._typed(schema, types, level, exact))
+            return intersect(lit, self._typed(schema, types, level, mode))
         if types == ALL_TYPES and not has_type_keywords:
             return self.any(level)
-        return self._typed(schema, types, level, exact)
+        return self._typed(schema, types, level, mode)
 
-    def _typed(self, schema: dict, types: tuple, level: int, exact: bool) -> Dfa:
+    def _typed(self, schema: dict, types: tuple, level: int, mode: int) -> Dfa:
         parts = []
         if "null" in types:
             parts.append(literal("null"))
@@ -172,45 +176,49 @@ class _Compiler:
         if "number" in types or "integer" in types:
             parts.append(number_dfa("number" not in types, schema))
         if "string" in types:
-            parts.append(self._string(schema, exact))
+            parts.append(self._string(schema, mode))
+        budget = self.max_depth - level
         if "array" in types:
-            parts.append(array_dfa(self, _with_unevaluated(schema, "unevaluatedItems", "items"), level, exact))
+            arr = _with_unevaluated(schema, "unevaluatedItems", "items")
+            free = not any(k in arr for k in TYPE_KEYWORDS["array"])
+            parts.append(self.tokens.any_array(budget) if free else array_dfa(self, arr, level, mode))
         if "object" in types:
             obj = _with_unevaluated(schema, "unevaluatedProperties", "additionalProperties")
-            parts.append(object_dfa(self, obj, level, exact))
+            free = not any(k in obj for k in TYPE_KEYWORDS["object"])
+            parts.append(self.tokens.any_object(budget) if free else object_dfa(self, obj, level, mode))
         return union(*parts)
 
-    def _string(self, schema: dict, exact: bool) -> Dfa:
+    def _string(self, schema: dict, mode: int) -> Dfa:
         patterns = schema.get("pattern")
         if patterns is not None and not isinstance(patterns, str):
             raise ConstraintError("pattern: expected a string")
         extra = ()
         fmt = schema.get("format")
-        if fmt is not None and not exact:
+        if fmt is not None and mode != EXACT:
             content = format_content(fmt) if isinstance(fmt, str) else None
             extra = (content,) if content is not None else ()
         return string_dfa(count_keyword(schema, "minLength", 0), count_keyword(schema, "maxLength", None),
                           (patterns,) if patterns is not None else (), extra)
 
     # ----------------------------------------------------------------- applicators
-    def _one_of(self, schemas: list, level: int, exact: bool) -> Dfa:
-        exacts = [self.compile(s, level, True) for s in schemas]
-        if exact:
+    def _one_of(self, schemas: list, level: int, mode: int) -> Dfa:
+        exacts = [self.compile(s, level, EXACT) for s in schemas]
+        if mode == EXACT:
             return exactly_one(*exacts)
         parts = []
         for i, s in enumerate(schemas):
             others = exacts[:i] + exacts[i + 1:]
-            parts.append(difference(self.compile(s, level, False), *others))
+            parts.append(difference(self.compile(s, level, mode), *others))
         return union(*parts)
 
-    def _if_then_else(self, schema: dict, level: int, exact: bool) -> Dfa:
-        cond_exact = self.compile(schema["if"], level, True)
-        cond = cond_exact if exact else self.compile(schema["if"], level, False)
-        then = self.compile(schema.get("then", True), level, exact)
-        other = self.compile(schema.get("else", True), level, exact)
+    def _if_then_else(self, schema: dict, level: int, mode: int) -> Dfa:
+        cond_exact = self.compile(schema["if"], level, EXACT)
+        cond = cond_exact if mode == EXACT else self.compile(schema["if"], level, mode)
+        then = self.compile(schema.get("then", True), level, mode)
+        other = self.compile(schema.get("else", True), level, mode)
         return union(intersect(cond, then), intersect(difference(self.any(level), cond_exact), other))
 
-    def _ref(self, schema: dict, level: int, exact: bool) -> Dfa:
+    def _ref(self, schema: dict, level: int, mode: int) -> Dfa:
         ref = schema["$ref"]
         if not isinstance(ref, str):
             raise ConstraintError("$ref: expected a string")
@@ -218,13 +226,13 @@ class _Compiler:
         key = id(target)
         depth = self.ref_counts.get(key, 0)
         if depth >= self.max_recursion:
-            if exact:
+            if mode == EXACT:
                 raise ConstraintError(f"$ref: recursion through {ref!r} deeper than max_recursion_depth "
                                       "cannot be negated exactly")
             return EMPTY
         self.ref_counts[key] = depth + 1
         try:
-            return self.compile(target, level, exact)
+            return self.compile(target, level, mode)
         finally:
             if depth:
                 self.ref_counts[key] = depth

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema_automata import Dfa, Nfa, concat, difference, intersect
-from sgl_runtime.constrained.json_schema_values import count_keyword
+from sgl_runtime.constrained.json_schema_values import EXACT, count_keyword
 
 
-def array_dfa(comp, schema: dict, level: int, exact: bool) -> Dfa:
+def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     """The compact serialisations of arrays valid under the array keywords of `schema`."""
     prefix = schema.get("prefixItems", [])
     if not isinstance(prefix, list):
@@ -20,11 +20,11 @@ def array_dfa(comp, schema: dict, level: int, exact: bool) -> Dfa:
     max_items = count_keyword(schema, "maxItems", None)
     if schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1):
         comp.unsupported("uniqueItems", "uniqueness of items is not a regular constraint")
-    prefix_dfas = [comp.compile(s, level + 1, exact) for s in prefix]
-    rest = comp.compile(schema.get("items", True), level + 1, exact)
+    prefix_dfas = [comp.compile(s, level + 1, mode) for s in prefix]
+    rest = comp.compile(schema.get("items", True), level + 1, mode)
     if rest.is_empty():
         max_items = len(prefix) if max_items is None else min(max_items, len(prefix))
-    counter = _ContainsCounter(comp, schema, level, exact)
+    counter = _ContainsCounter(comp, schema, level, mode)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
     elements = [prefix_dfas[i] if i < len(prefix) else rest for i in range(top + 1)]
     return concat(comp.tokens.lbracket, _body(comp, elements, min_items, max_items, top, counter),
@@ -34,14 +34,14 @@ def array_dfa(comp, schema: dict, level: int, exact: bool) -> Dfa:
 class _ContainsCounter:
     """Splits each element language into matching / not matching `contains`, and counts matches."""
 
-    def __init__(self, comp, schema: dict, level: int, exact: bool) -> None:
+    def __init__(self, comp, schema: dict, level: int, mode: int) -> None:
         self.active = "contains" in schema
         self._split: dict = {}
         self.min = count_keyword(schema, "minContains", 1) if self.active else 0
         self.max = count_keyword(schema, "maxContains", None) if self.active else None
         if self.active:
-            self.match = comp.compile(schema["contains"], level + 1, exact)
-            self.exact_match = comp.compile(schema["contains"], level + 1, True)
+            self.match = comp.compile(schema["contains"], level + 1, mode)
+            self.exact_match = comp.compile(schema["contains"], level + 1, EXACT)
 
     def branches(self, element: Dfa, count: int) -> list[tuple[Dfa, int]]:
         if not self.active:

@@ -178,18 +178,30 @@ def _check_size(n: int, what: str) -> None:
 # ----------------------------------------------------------------------------- minimize
 
 def _minimize(table: list[dict], finals: set, part: _Partition) -> Dfa:
-    """Hopcroft's algorithm on a (partial) class table; returns a trimmed minimal Dfa."""
+    """Hopcroft's algorithm on a partial class table (missing = an implicit dead state)."""
     n, k = len(table), len(part.classes)
     dead = n
-    inv = [defaultdict(list) for _ in range(k)]
+    inv: list[dict] = [defaultdict(list) for _ in range(n + 1)]
     for s, row in enumerate(table):
-        for c in range(k):
-            inv[c][row.get(c, dead)].append(s)
-    for c in range(k):
-        inv[c][dead].append(dead)
-    fin = {s for s in finals}
-    blocks = [set(fin), set(range(n + 1)) - fin]
-    blocks = [b for b in blocks if b]
+        for c, t in row.items():
+            inv[t][c].append(s)
+    missing: dict[int, list[int]] = {}
+
+    def predecessors(splitter) -> dict:
+        preds: dict = defaultdict(list)
+        for t in splitter:
+            if t != dead:
+                for c, srcs in inv[t].items():
+                    preds[c].extend(srcs)
+                continue
+            for c in range(k):
+                if c not in missing:
+                    missing[c] = [s for s in range(n) if c not in table[s]] + [dead]
+                preds[c].extend(missing[c])
+        return preds
+
+    fin = set(finals)
+    blocks = [b for b in (set(fin), set(range(n + 1)) - fin) if b]
     block_of = [0] * (n + 1)
     for i, b in enumerate(blocks):
         for s in b:
@@ -199,13 +211,10 @@ def _minimize(table: list[dict], finals: set, part: _Partition) -> Dfa:
     while work:
         a = work.pop()
         in_work.discard(a)
-        splitter = list(blocks[a])
-        for c in range(k):
-            inv_c = inv[c]
+        for members_by_c in predecessors(list(blocks[a])).values():
             touched: dict = defaultdict(list)
-            for t in splitter:
-                for s in inv_c.get(t, ()):
-                    touched[block_of[s]].append(s)
+            for s in members_by_c:
+                touched[block_of[s]].append(s)
             for b, members in touched.items():
                 if len(members) == len(blocks[b]):
                     continue
@@ -221,11 +230,16 @@ def _minimize(table: list[dict], finals: set, part: _Partition) -> Dfa:
                 else:
                     work.append(b)
                     in_work.add(b)
+    return _trimmed(table, fin, part, block_of, dead)
+
+
+def _trimmed(table: list[dict], fin: set, part: _Partition, block_of: list[int], dead: int) -> Dfa:
+    """The quotient automaton, reachable blocks only, numbered breadth-first, dead block dropped."""
     dead_block = block_of[dead]
     if block_of[0] == dead_block:
         return EMPTY
     reps = {}
-    for s in range(n - 1, -1, -1):
+    for s in range(len(table) - 1, -1, -1):
         reps[block_of[s]] = s
     order = {block_of[0]: 0}
     queue = [block_of[0]]
@@ -404,8 +418,13 @@ def optional(dfa: Dfa) -> Dfa:
 
 # ----------------------------------------------------------------------------- products
 
-def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callable[[tuple], bool]) -> Dfa:
-    """Runs `dfas` in parallel; a tuple of states (None = dead) is final when `accept(bools)`."""
+def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callable[[tuple], bool],
+            drivers: int | None = None) -> Dfa:
+    """Runs `dfas` in parallel; a tuple of states (None = dead) is final when `accept(bools)`.
+
+    Only classes on which one of the first `drivers` automata moves are explored (a tuple is
+    dead whenever those automata all are)."""
+    drivers = len(dfas) if drivers is None else drivers
     part = _Partition(_charsets_of(dfas))
     tables = [part.table(d) for d in dfas]
     finals_of = [d.finals for d in dfas]
@@ -414,7 +433,6 @@ def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callabl
     states = [first]
     table: list[dict] = []
     finals = set()
-    k = len(part.classes)
     for i in range(10**9):
         if i >= len(states):
             break
@@ -422,7 +440,11 @@ def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callabl
         if accept(tuple(s is not None and s in f for s, f in zip(cur, finals_of))):
             finals.add(i)
         row = {}
-        for c in range(k):
+        classes = set()
+        for s, tbl in zip(cur[:drivers], tables):
+            if s is not None:
+                classes.update(tbl[s])
+        for c in classes:
             nxt = tuple(None if s is None else tbl[s].get(c) for s, tbl in zip(cur, tables))
             if not alive(nxt):
                 continue
@@ -441,7 +463,7 @@ def intersect(*dfas: Dfa) -> Dfa:
         return EMPTY
     if len(dfas) == 1:
         return dfas[0]
-    return product(dfas, all, lambda st: None not in st)
+    return product(dfas, all, lambda st: None not in st, drivers=1)
 
 
 def difference(a: Dfa, *subtract: Dfa) -> Dfa:
@@ -449,7 +471,8 @@ def difference(a: Dfa, *subtract: Dfa) -> Dfa:
     subtract = tuple(d for d in subtract if not d.is_empty())
     if a.is_empty() or not subtract:
         return a
-    return product((a,) + subtract, lambda acc: acc[0] and not any(acc[1:]), lambda st: st[0] is not None)
+    return product((a,) + subtract, lambda acc: acc[0] and not any(acc[1:]), lambda st: st[0] is not None,
+                   drivers=1)
 
 
 def exactly_one(*dfas: Dfa) -> Dfa:

@@ -13,20 +13,21 @@ from itertools import combinations
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema_automata import (
-    EMPTY, Dfa, Nfa, concat, difference, intersect, literal, union,
+    Dfa, Nfa, concat, difference, intersect, literal,
 )
 from sgl_runtime.constrained.json_schema_strings import (
     any_content, encode_content, literals_dfa, pattern_content, string_dfa, string_literal,
 )
-from sgl_runtime.constrained.json_schema_values import count_keyword
+from sgl_runtime.constrained.json_schema_values import EXACT, FREE_ORDER, count_keyword
 
-MAX_TRACKED_KEYS = 8
+MAX_TRACKED_KEYS = 8  # exact mode: keys accepted in any order (2**n seen-sets)
+MAX_FREE_ORDER_KEYS = 4  # normal mode: beyond this, undeclared required keys go in `required` order
 MAX_PATTERN_PROPERTIES = 3
 
 
-def object_dfa(comp, schema: dict, level: int, exact: bool) -> Dfa:
+def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     """The compact serialisations of objects valid under the object keywords of `schema`."""
-    spec = _ObjectSpec(comp, schema, level, exact)
+    spec = _ObjectSpec(comp, schema, level, mode)
     return concat(comp.tokens.lbrace, spec.body(), comp.tokens.rbrace)
 
 
@@ -38,8 +39,9 @@ def _get(schema: dict, key: str, kind, default):
 
 
 class _ObjectSpec:
-    def __init__(self, comp, schema: dict, level: int, exact: bool) -> None:
-        self.comp, self.level, self.exact = comp, level, exact
+    def __init__(self, comp, schema: dict, level: int, mode: int) -> None:
+        self.comp, self.level, self.mode = comp, level, mode
+        exact = mode == EXACT
         self.props = _get(schema, "properties", dict, {})
         self.required = list(dict.fromkeys(_get(schema, "required", list, [])))
         self.additional = schema.get("additionalProperties", True)
@@ -48,14 +50,16 @@ class _ObjectSpec:
         self.min_props = count_keyword(schema, "minProperties", 0)
         self.max_props = count_keyword(schema, "maxProperties", None)
         names = schema.get("propertyNames")
-        self.names = None if names is None else intersect(comp.compile(names, level + 1, exact), string_dfa())
+        self.names = None if names is None else intersect(comp.compile(names, level + 1, mode), string_dfa())
         if len(self.patterns) > MAX_PATTERN_PROPERTIES:
             raise ConstraintError(f"patternProperties: at most {MAX_PATTERN_PROPERTIES} patterns are supported")
         dep_keys = set(self.deps) | {k for v in self.deps.values() for k in v}
         named = list(self.props) + [k for k in self.required + sorted(dep_keys) if k not in self.props]
         self.named = list(dict.fromkeys(named))
-        self.tracked = [k for k in self.named if exact or k not in self.props or k in dep_keys]
-        self.fixed = [k for k in self.props if k not in self.tracked]
+        self.tracked = [k for k in self.named if mode >= FREE_ORDER or k not in self.props or k in dep_keys]
+        if not exact and len(self.tracked) > MAX_FREE_ORDER_KEYS:
+            self.tracked = [k for k in self.tracked if k in dep_keys]
+        self.fixed = [k for k in self.named if k not in self.tracked]
         if len(self.tracked) > MAX_TRACKED_KEYS:
             raise ConstraintError(f"object: more than {MAX_TRACKED_KEYS} keys must be accepted in any order")
 
@@ -68,15 +72,16 @@ class _ObjectSpec:
         parts += matched
         if key not in self.props and not matched:
             parts.append(self.additional)
-        return intersect(*(self.comp.compile(p, self.level + 1, self.exact) for p in parts))
+        return intersect(*(self.comp.compile(p, self.level + 1, self.mode) for p in parts))
 
-    def pair_for(self, key: str) -> Dfa:
-        key_dfa = literal(string_literal(key))
+    def pair_for(self, key: str) -> list[tuple[Dfa, Dfa]]:
+        """[(key DFA, value DFA)]: the ways a pair for the named key can be written."""
         if self.names is not None and not self.names.accepts(string_literal(key)):
-            return EMPTY
-        return self.comp.tokens.pair(key_dfa, self.value_for(key))
+            return []
+        value = self.value_for(key)
+        return [] if value.is_empty() else [(literal(string_literal(key)), value)]
 
-    def extra_pair(self) -> Dfa:
+    def extra_pairs(self) -> list[tuple[Dfa, Dfa]]:
         pats = list(self.patterns.items())
         alternatives = []
         for r in range(len(pats) + 1):
@@ -85,14 +90,15 @@ class _ObjectSpec:
                 others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
                 content = difference(intersect(any_content(), *contents), *others)
                 schemas = [pats[i][1] for i in chosen] or [self.additional]
-                value = intersect(*(self.comp.compile(s, self.level + 1, self.exact) for s in schemas))
+                value = intersect(*(self.comp.compile(s, self.level + 1, self.mode) for s in schemas))
                 if value.is_empty() or content.is_empty():
                     continue
                 keys = difference(encode_content(content), literals_dfa(self.named))
                 if self.names is not None:
                     keys = intersect(keys, self.names)
-                alternatives.append(self.comp.tokens.pair(keys, value))
-        return union(*alternatives)
+                if not keys.is_empty():
+                    alternatives.append((keys, value))
+        return alternatives
 
     # ----------------------------------------------------------------- automaton
     def _inc(self, count: int) -> int | None:
@@ -109,56 +115,79 @@ class _ObjectSpec:
         return all(not (k in seen) or set(v) <= seen for k, v in self.deps.items())
 
     def body(self) -> Dfa:
-        comma = self.comp.tokens.comma
-        fixed_pairs = [self.pair_for(k) for k in self.fixed]
-        tracked_pairs = [self.pair_for(k) for k in self.tracked]
-        extra = self.extra_pair()
-        items = {}
+        return _BodyBuilder(self).build()
 
-        def item(pair: Dfa, first: bool) -> Dfa:
-            key = (id(pair), first)
-            if key not in items:
-                items[key] = pair if first else concat(comma, pair)
-            return items[key]
 
-        nfa = Nfa()
-        nodes: dict = {}
-        work: list = []
+class _BodyBuilder:
+    """The NFA over (section, count, seen-mask) nodes; each pair is `[,] key :` then one shared
+    copy of the value automaton per (destination node, value)."""
 
-        def node(key) -> int:
-            if key not in nodes:
-                nodes[key] = nfa.add_state()
-                work.append(key)
-            return nodes[key]
+    def __init__(self, spec: _ObjectSpec) -> None:
+        self.spec = spec
+        self.tokens = spec.comp.tokens
+        self.nfa = Nfa()
+        self.nodes: dict = {}
+        self.work: list = []
+        self.prefixes: dict = {}
+        self.value_entries: dict = {}
 
-        def link(src: int, pair: Dfa, count: int, dst_key) -> None:
-            nxt = self._inc(count)
-            if nxt is None or pair.is_empty():
-                return
-            s, fs = nfa.embed(item(pair, count == 0))
-            nfa.add_eps(src, s)
-            dst = node(dst_key(nxt))
+    def node(self, key) -> int:
+        if key not in self.nodes:
+            self.nodes[key] = self.nfa.add_state()
+            self.work.append(key)
+        return self.nodes[key]
+
+    def prefix(self, keys: Dfa, first: bool) -> Dfa:
+        k = (id(keys), first)
+        if k not in self.prefixes:
+            parts = ([] if first else [self.tokens.comma]) + [keys, self.tokens.colon]
+            self.prefixes[k] = (keys, concat(*parts))
+        return self.prefixes[k][1]
+
+    def value_entry(self, value: Dfa, dst_key) -> int:
+        k = (id(value), dst_key)
+        if k not in self.value_entries:
+            s, fs = self.nfa.embed(value)
+            dst = self.node(dst_key)
             for f in fs:
-                nfa.add_eps(f, dst)
+                self.nfa.add_eps(f, dst)
+            self.value_entries[k] = (value, s)
+        return self.value_entries[k][1]
 
-        start = node(("f", 0, 0))
-        while work:
-            key = work.pop()
-            src = nodes[key]
+    def link(self, src: int, pairs: list, count: int, dst_key) -> None:
+        nxt = self.spec._inc(count)
+        if nxt is None:
+            return
+        for keys, value in pairs:
+            s, fs = self.nfa.embed(self.prefix(keys, count == 0))
+            self.nfa.add_eps(src, s)
+            entry = self.value_entry(value, dst_key(nxt))
+            for f in fs:
+                self.nfa.add_eps(f, entry)
+
+    def build(self) -> Dfa:
+        spec = self.spec
+        fixed_pairs = [spec.pair_for(k) for k in spec.fixed]
+        tracked_pairs = [spec.pair_for(k) for k in spec.tracked]
+        extra = spec.extra_pairs()
+        start = self.node(("f", 0, 0))
+        while self.work:
+            key = self.work.pop()
+            src = self.nodes[key]
             if key[0] == "f":
                 _, i, count = key
-                if i == len(self.fixed):
-                    nfa.add_eps(src, node(("x", count, 0)))
+                if i == len(spec.fixed):
+                    self.nfa.add_eps(src, self.node(("x", count, 0)))
                     continue
-                if self.fixed[i] not in self.required:
-                    nfa.add_eps(src, node(("f", i + 1, count)))
-                link(src, fixed_pairs[i], count, lambda c, i=i: ("f", i + 1, c))
+                if spec.fixed[i] not in spec.required:
+                    self.nfa.add_eps(src, self.node(("f", i + 1, count)))
+                self.link(src, fixed_pairs[i], count, lambda c, i=i: ("f", i + 1, c))
             else:
                 _, count, mask = key
-                if self._final(count, mask):
-                    nfa.finals.add(src)
-                for j, pair in enumerate(tracked_pairs):
+                if spec._final(count, mask):
+                    self.nfa.finals.add(src)
+                for j, pairs in enumerate(tracked_pairs):
                     if not mask >> j & 1:
-                        link(src, pair, count, lambda c, j=j, mask=mask: ("x", c, mask | 1 << j))
-                link(src, extra, count, lambda c, mask=mask: ("x", c, mask))
-        return nfa.determinize(start)
+                        self.link(src, pairs, count, lambda c, j=j, mask=mask: ("x", c, mask | 1 << j))
+                self.link(src, extra, count, lambda c, mask=mask: ("x", c, mask))
+        return self.nfa.determinize(start)

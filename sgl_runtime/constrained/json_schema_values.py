@@ -7,12 +7,17 @@ import functools
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema_automata import (
-    Dfa, Nfa, concat, literal, repeat, union,
+    EMPTY, Dfa, Nfa, concat, literal, repeat, union,
 )
 from sgl_runtime.constrained.json_schema_numbers import number_literal_dfa, number_universe, rx
 from sgl_runtime.constrained.json_schema_strings import string_dfa, string_literal
 
 JSON_WHITESPACE = frozenset(" \t\n\r")
+
+# Compile modes. NORMAL may under-approximate (fixed key order, formats enforced); FREE_ORDER also
+# accepts named keys in any order (used where several schemas constrain one object, e.g. allOf);
+# EXACT accepts exactly the valid instances (needed for complements: not, oneOf, if, contains).
+NORMAL, FREE_ORDER, EXACT = 0, 1, 2
 MAX_FREE_ORDER_KEYS = 6  # object literals with more keys are accepted in their written order only
 
 
@@ -76,20 +81,29 @@ class Tokens:
 
     def any_value(self, budget: int) -> Dfa:
         """Any JSON value whose containers nest at most `budget` deep."""
-        budget = max(budget, 0)
-        if budget not in self._any:
-            self._any[budget] = self._build_any(budget)
-        return self._any[budget]
+        return self._cached(("value", max(budget, 0)), self._build_any)
+
+    def any_array(self, budget: int) -> Dfa:
+        """Any array (elements nesting at most `budget` - 1 deep); empty language when budget <= 0."""
+        return self._cached(("array", max(budget, 0)), lambda b: self.array(self.any_value(b - 1)) if b else EMPTY)
+
+    def any_object(self, budget: int) -> Dfa:
+        return self._cached(("object", max(budget, 0)), self._build_object)
+
+    def _cached(self, key, build) -> Dfa:
+        if key not in self._any:
+            self._any[key] = build(key[1])
+        return self._any[key]
+
+    def _build_object(self, budget: int) -> Dfa:
+        if budget <= 0:
+            return EMPTY
+        pairs = repeat(self.pair(string_dfa(), self.any_value(budget - 1)), 0, None, sep=self.comma)
+        return concat(self.lbrace, pairs, self.rbrace)
 
     def _build_any(self, budget: int) -> Dfa:
         scalars = union(literal("null"), literal("true"), literal("false"), number_universe(), string_dfa())
-        if budget <= 0:
-            return scalars
-        inner = self.any_value(budget - 1)
-        arrays = self.array(inner)
-        objects = concat(self.lbrace, repeat(self.pair(string_dfa(), inner), 0, None, sep=self.comma),
-                         self.rbrace)
-        return union(scalars, arrays, objects)
+        return union(scalars, self.any_array(budget), self.any_object(budget))
 
     def literal_value(self, value, *, exact: bool) -> Dfa:
         """Every accepted spelling of the JSON value `value` (numbers by value, objects in any key order)."""

@@ -29,6 +29,7 @@ class Utf8Expander:
         self.max_states = max_states
         self._rows: list[np.ndarray] = []
         self._chains: dict[tuple[int, int], int] = {}
+        self._nodes: dict[tuple, int] = {}
         self._n_char = 0
 
     def expand(self, symbol_targets: np.ndarray, accepting_chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,23 +75,28 @@ class Utf8Expander:
         return self._chains[key]
 
     def _node(self, targets: np.ndarray, k: int, lo: int, min_cp: int) -> int:
-        """A state for the code points [lo, lo + 64**k) whose targets are not all the same."""
+        """A state for the code points [lo, lo + 64**k) whose targets are not all the same;
+        memoised on the targets of the segments it covers (shared by equal states)."""
+        i, j = self._segment_of(np.array([max(lo, min_cp), lo + 64 ** k - 1]))
+        key = (k, lo, min_cp, int(i), targets[i:j + 1].tobytes())
+        found = self._nodes.get(key)
+        if found is not None:
+            return found
+        changes = np.concatenate([[0], np.cumsum(targets[1:] != targets[:-1])])
         span = 64 ** (k - 1)
+        clo = lo + np.arange(64, dtype=np.int64) * span
+        chi = clo + span - 1
+        ci, cj = self._segment_of(np.maximum(clo, min_cp)), self._segment_of(chi)
+        first = targets[ci]
+        partial = (clo < min_cp) & (chi >= min_cp)
+        uniform = (changes[cj] == changes[ci]) & ~partial
         row = np.full(256, -1, dtype=np.int32)
-        for c in range(64):
-            clo, chi = lo + c * span, lo + (c + 1) * span - 1
-            if chi < min_cp:
-                continue
-            i, j = self._segment_of(np.array([max(clo, min_cp), chi]))
-            block = targets[i:j + 1]
-            if (block == block[0]).all() and clo >= min_cp:
-                child = self._chain(k - 1, int(block[0])) if block[0] >= 0 else -1
-            elif k == 1:
-                child = int(targets[i])  # a single code point: its own segment
-            else:
-                child = self._node(targets, k - 1, clo, min_cp)
-            row[0x80 + c] = child
-        return self._new_state(row)
+        for c in np.nonzero(uniform & (chi >= min_cp) & (first >= 0))[0]:
+            row[0x80 + c] = self._chain(k - 1, int(first[c]))
+        for c in np.nonzero(~uniform & (chi >= min_cp))[0]:
+            row[0x80 + c] = self._node(targets, k - 1, int(clo[c]), min_cp)
+        self._nodes[key] = state = self._new_state(row)
+        return state
 
     def _new_state(self, row: np.ndarray) -> int:
         if self._n_char + len(self._rows) >= self.max_states:
