@@ -29,6 +29,7 @@ class LexerContext:
         self.slots = slots
         self.n = len(slots)
         self._max_states = max_states
+        self._reps, self._class_of = _byte_classes(slots)
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         start = (*[s.initial for s in slots], -1, -1, 0, 1)
@@ -71,15 +72,21 @@ class LexerContext:
 
     def _row(self, key: tuple):
         """Next state, event and closed type for all 256 bytes from product state `key`."""
-        n, cols = self.n, np.arange(256)
+        nxt, code, ctype = self._class_row(key)
+        return nxt[self._class_of], code[self._class_of], ctype[self._class_of]
+
+    def _class_row(self, key: tuple):
+        """`_row` on one representative byte per byte class (bytes no slot tells apart)."""
+        n, k = self.n, len(self._reps)
+        cols = np.arange(k)
         if n == 0:  # a parser state that only accepts the end of input
-            return np.full(256, -1), np.full(256, DEAD), np.full(256, -1)
+            return np.full(k, -1), np.full(k, DEAD), np.full(k, -1)
         w, wtype = key[n], key[n + 1]
-        d = np.full((n, 256), -1, dtype=np.int64)
-        lab = np.full((n, 256), -1, dtype=np.int64)
+        d = np.full((n, k), -1, dtype=np.int64)
+        lab = np.full((n, k), -1, dtype=np.int64)
         for i, s in enumerate(key[:n]):
             if s >= 0:
-                d[i] = self.slots[i].trans[s]
+                d[i] = self.slots[i].trans[s][self._reps]
                 lab[i] = np.where(d[i] >= 0, self.slots[i].label[np.maximum(d[i], 0)], -1)
         limit = n if w < 0 else w + 1
         acc = lab[:limit] >= 0
@@ -91,8 +98,8 @@ class LexerContext:
         d[after] = -1
         alive = d >= 0
         any_alive = alive.any(0)
-        earlier_alive = np.zeros(256, dtype=bool)
-        winner_live = np.zeros(256, dtype=bool)
+        earlier_alive = np.zeros(k, dtype=bool)
+        winner_live = np.zeros(k, dtype=bool)
         for i in range(n):
             sel = new_w == i
             if sel.any():
@@ -104,11 +111,11 @@ class LexerContext:
         code = np.where(close_here, CLOSE_HERE, code)
         code = np.where(~any_alive, CLOSE_BEFORE if w >= 0 else DEAD, code)
         ctype = np.where(code == CLOSE_BEFORE, wtype, np.where(code == CLOSE_HERE, new_wtype, -1))
-        nxt = np.full(256, -1, dtype=np.int64)
+        nxt = np.full(k, -1, dtype=np.int64)
         go = (code == CONTINUE) | (code == ACCEPT)
         if go.any():
             mat = np.concatenate([d, new_w[None], new_wtype[None], has[None].astype(np.int64),
-                                  np.zeros((1, 256), np.int64)], axis=0)[:, go]  # [n + 4, k]
+                                  np.zeros((1, k), np.int64)], axis=0)[:, go]  # [n + 4, k']
             uniq, inverse = np.unique(mat, axis=1, return_inverse=True)
             ids = np.array([self._intern(tuple(col.tolist())) for col in uniq.T], dtype=np.int64)
             nxt[go] = ids[inverse.reshape(-1)]
@@ -140,3 +147,13 @@ class LexerContext:
                     poss[s] = bits
                     changed = True
         return poss
+
+
+def _byte_classes(slots: list[SlotDFA]) -> tuple[np.ndarray, np.ndarray]:
+    """One representative byte per class of bytes with identical columns in every slot DFA,
+    and each byte's class."""
+    if not slots:
+        return np.zeros(1, dtype=np.int64), np.zeros(256, dtype=np.int64)
+    cols = np.concatenate([s.trans for s in slots], axis=0).T  # [256, sum of slot states]
+    _, reps, class_of = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+    return reps.astype(np.int64), class_of.reshape(-1).astype(np.int64)

@@ -48,7 +48,7 @@ TYPE_KEYWORDS = {
                "minProperties", "maxProperties", "dependentRequired"),
 }
 IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "dependentSchemas", "$dynamicRef")
-UNSUPPORTED = ("dependentSchemas", "$dynamicRef", "$recursiveRef")
+UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
@@ -93,6 +93,7 @@ class _Compiler:
         self.refs = RefResolver(root)
         self.ref_counts: dict[int, int] = {}
         self.cache: dict = {}
+        self.synthesized: list = []
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:
@@ -130,6 +131,8 @@ class _Compiler:
             parts.append(self._if_then_else(schema, level, mode))
         if "$ref" in schema:
             parts.append(self._ref(schema, level, mode))
+        if "dependentSchemas" in schema:
+            parts.append(self._dependent_schemas(schema["dependentSchemas"], level, mode))
         parts.sort(key=lambda d: d.num_states)
         result = parts[0]
         for part in parts[1:]:
@@ -217,6 +220,22 @@ class _Compiler:
         then = self.compile(schema.get("then", True), level, mode)
         other = self.compile(schema.get("else", True), level, mode)
         return union(intersect(cond, then), intersect(difference(self.any(level), cond_exact), other))
+
+    def _dependent_schemas(self, deps, level: int, mode: int) -> Dfa:
+        """Objects with key k must also match deps[k]: (no k) | (has k & deps[k]), k by k."""
+        if not isinstance(deps, dict):
+            raise ConstraintError("dependentSchemas: expected an object")
+        parts = []
+        for key, sub in deps.items():
+            has_key = self.compile(self._keep({"type": "object", "required": [key]}), level, EXACT)
+            parts.append(union(difference(self.any(level), has_key),
+                               intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER)))))
+        return intersect(*parts) if parts else self.any(level)
+
+    def _keep(self, schema: dict) -> dict:
+        """Keeps a synthesized schema alive for the compile cache (keyed by id)."""
+        self.synthesized.append(schema)
+        return schema
 
     def _ref(self, schema: dict, level: int, mode: int) -> Dfa:
         ref = schema["$ref"]

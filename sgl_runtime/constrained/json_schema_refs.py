@@ -10,7 +10,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from sgl_runtime.constrained.errors import ConstraintError
 
-_DEFAULT_BASE = "urn:sgl-root-schema"
+_DEFAULT_BASE = "https://sgl.invalid/root-schema"
 _NOT_SCHEMAS = ("enum", "const", "examples", "default")
 
 
@@ -32,8 +32,7 @@ class RefResolver:
         if not isinstance(node, dict):
             return
         if isinstance(node.get("$id"), str):
-            base = urljoin(base, node["$id"])
-            base, _ = urldefrag(base)
+            base, _ = urldefrag(_join(base, node["$id"]))
             self.resources.setdefault(base, node)
         if base not in self.resources:
             self.resources[base] = node
@@ -50,7 +49,7 @@ class RefResolver:
 
     def resolve(self, ref: str, node) -> object:
         """The schema that `ref` (found in `node`) points to."""
-        target = urljoin(self.base(node), ref)
+        target = _join(self.base(node), ref)
         doc_url, fragment = urldefrag(target)
         doc = self.resources.get(doc_url)
         if doc is None:
@@ -76,3 +75,12 @@ class RefResolver:
             else:
                 raise ConstraintError(f"$ref: pointer {ref!r} does not resolve")
         return node
+
+
+def _join(base: str, ref: str) -> str:
+    """urljoin that also handles fragments against non-hierarchical bases (urn:...)."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    if ":" in ref.split("/", 1)[0]:
+        return ref
+    return urljoin(base, ref)
