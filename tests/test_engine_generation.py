@@ -35,7 +35,7 @@ def reference(model_path):
 
 def test_greedy_batch_matches_transformers(fresh_engine, reference):
     prompts, expected = reference
-    results = fresh_engine = engine.generate(input_ids=prompts, sampling_params=GREEDY)
+    results = fresh_engine.generate(input_ids=prompts, sampling_params=GREEDY)
     assert [r["output_ids"] for r in results] == expected
     for prompt, r in zip(prompts, results):
         meta = r["meta_info"]
