@@ -100,6 +100,10 @@ class Req:
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
 
+    def token_at(self, pos: int) -> int:
+        prompt_len = len(self.origin_input_ids)
+        return self.origin_input_ids[pos] if pos < prompt_len else self.output_ids[pos - prompt_len]
+
     @property
     def finished(self) -> bool:
         return self.finished_reason is not None

@@ -139,7 +139,7 @@ class ScheduleBatch:
             rows = torch.tensor([r.req_pool_idx for r in self.reqs], dtype=torch.int64, device=table.device)
             cols = torch.tensor(prefix_lens, dtype=torch.int64, device=table.device)
             table[rows, cols] = out_cache_loc.to(table.device, table.dtype)
-            ids = [r.output_ids[-1] if r.output_ids else r.origin_input_ids[-1] for r in self.reqs]
+            ids = [r.token_at(p) for r, p in zip(self.reqs, prefix_lens)]
             return (torch.tensor(ids, dtype=torch.int64, device=dev), cols.to(dev))
         ids: list[int] = []
         positions: list[int] = []
