@@ -1,0 +1,158 @@
+"""Shared pieces of the benchmark scripts: the model directory (a shipped config.json plus the
+Qwen2.5 tokenizer, dummy weights), CLI flags, GPU-busy timing, isolated runs and result printing.
+
+Tokenizer note: the Llama-3-8B shape has 128,256 logits while the Qwen2.5 tokenizer has 151,665
+ids. Prompts are therefore random token ids below the model's vocab size (passed as input_ids);
+every id below 128,256 is an ordinary Qwen token, so outputs detokenize normally. Its config's
+eos_token_id (128001) is one of those ids and serves as EOS for constrained requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+MODEL_CONFIGS = ("llama-3-8b", "qwen2.5-7b")
+TINY_OVERRIDES = {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096, "torch_dtype": "float32",
+}
+
+
+def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llama-3-8b") -> None:
+    parser.add_argument("--model-config", choices=MODEL_CONFIGS, default=default_config,
+                        help="which shipped shape under benchmarks/configs to run")
+    parser.add_argument("--load-format", default="dummy", choices=("dummy",), help="weights (only dummy: no checkpoints)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny model and few requests (CPU smoke run)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def make_model_dir(model_config: str, tiny: bool) -> str:
+    """A temporary model directory: the shipped config.json (shrunk when tiny) + the Qwen2.5 tokenizer files."""
+    from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
+
+    config = json.loads((CONFIG_DIR / model_config / "config.json").read_text())
+    if tiny:
+        config.update(TINY_OVERRIDES)
+    out = Path(tempfile.mkdtemp(prefix=f"sgl-bench-{model_config}-"))
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    tok_dir = Path(get_qwen2_tokenizer_dir())
+    for name in os.listdir(tok_dir):
+        if (tok_dir / name).is_file():
+            shutil.copy(tok_dir / name, out / name)
+    return str(out)
+
+
+def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
+    kwargs = dict(load_format=args.load_format, device=args.device, disable_cuda_graph=args.disable_cuda_graph,
+                  random_seed=args.seed, log_level="warning")
+    if args.tiny:
+        kwargs.update(max_total_tokens=65536, max_running_requests=64)
+    kwargs.update(extra)
+    return kwargs
+
+
+def random_ids(rng: random.Random, n: int, vocab_size: int) -> list[int]:
+    """n token ids in [1000, vocab_size): ordinary tokens, no specials."""
+    return [rng.randrange(1000, vocab_size) for _ in range(n)]
+
+
+def vocab_size_of(model_dir: str) -> int:
+    return int(json.loads(Path(model_dir, "config.json").read_text())["vocab_size"])
+
+
+class ForwardTimer:
+    """Wraps the engine's ModelRunner.forward to time every forward on the device (CUDA events)
+    or host clock (CPU); `busy_seconds()` sums them for the GPU-busy fraction of a run."""
+
+    def __init__(self, engine) -> None:
+        import torch
+
+        self.torch = torch
+        runner = engine.scheduler.model_runner
+        self.cuda = runner.device != "cpu"
+        self.events: list = []
+        self.host_seconds = 0.0
+        self.forwards = 0
+        inner = runner.forward
+
+        def timed(forward_batch):
+            self.forwards += 1
+            if not self.cuda:
+                start = time.perf_counter()
+                out = inner(forward_batch)
+                self.host_seconds += time.perf_counter() - start
+                return out
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            out = inner(forward_batch)
+            end.record()
+            self.events.append((begin, end))
+            return out
+
+        runner.forward = timed
+
+    def reset(self) -> None:
+        self.events, self.host_seconds, self.forwards = [], 0.0, 0
+
+    def busy_seconds(self) -> float:
+        if not self.cuda:
+            return self.host_seconds
+        self.torch.cuda.synchronize()
+        return sum(b.elapsed_time(e) for b, e in self.events) / 1000.0
+
+
+def timed_generate(engine, input_ids: list[list[int]], params: list[dict], timer: ForwardTimer | None = None) -> tuple[list[dict], float]:
+    if timer is not None:
+        timer.reset()
+    start = time.perf_counter()
+    out = engine.generate(input_ids=input_ids, sampling_params=params)
+    return (out if isinstance(out, list) else [out]), time.perf_counter() - start
+
+
+def run_isolated(fn: Callable[..., dict], isolate: bool, *args: Any) -> dict:
+    """fn(*args) in a fresh spawned process (so each engine gets the whole GPU), or in-process."""
+    if not isolate:
+        return fn(*args)
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def environment() -> dict:
+    import torch
+
+    info = {"torch": torch.__version__, "device": "cpu"}
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    info["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return info
+
+
+def report(name: str, result: dict, rows: list[tuple[str, Any]]) -> None:
+    """One JSON line (machine-readable) then a two-column table."""
+    print(json.dumps({"benchmark": name, **result}))
+    width = max(len(k) for k, _ in rows)
+    print(f"\n{name}")
+    print("-" * (width + 16))
+    for key, value in rows:
+        shown = (f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3f}") if isinstance(value, float) else str(value)
+        print(f"{key:<{width}}  {shown:>12}")

@@ -1,0 +1,101 @@
+"""Usage: python benchmarks/json_decode.py [--model-config qwen2.5-7b] [--tiny]
+
+JSON decoding through sgl_runtime.Engine on dummy weights: the same prompts generated
+unconstrained (128 tokens, ignore_eos) and constrained by a JSON Schema with fixed keys, with
+jump-forward on and off (each run in its own process). Reports output tok/s, characters/s and
+forward passes per request. Prints a JSON line and a table.
+
+Default shape: qwen2.5-7b, whose 152,064 logits cover every Qwen2.5 tokenizer id, so forced
+(jump-forward) tokens always exist in the model; see bench_utils for the llama-3-8b caveat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+from bench_utils import (add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
+                         run_isolated, timed_generate, vocab_size_of)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "level": {"enum": ["junior", "mid", "senior", "staff"]},
+        "city": {"type": "string", "enum": ["Paris", "London", "Tokyo", "New York", "San Francisco"]},
+        "employed": {"type": "boolean"},
+        "department": {"type": "string", "enum": ["engineering", "research", "operations"]},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3},
+    },
+    "required": ["name", "level", "city", "employed", "department", "skills"],
+    "additionalProperties": False,
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, default_config="qwen2.5-7b")
+    parser.add_argument("--num-requests", type=int, default=None)
+    args = parser.parse_args(argv)
+    args.num_requests = args.num_requests or (2 if args.tiny else 128)
+    args.prompt_len, args.free_tokens, args.max_tokens = (8, 8, 96) if args.tiny else (64, 128, 256)
+    return args
+
+
+def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool) -> dict:
+    from sgl_runtime.engine import Engine
+
+    vocab = vocab_size_of(model_dir)
+    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=not jump_forward))
+    if constrained:
+        params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
+    else:
+        params = {"max_new_tokens": args.free_tokens, "ignore_eos": True, "temperature": 0}
+    rng = random.Random(args.seed)
+    timed_generate(engine, [random_ids(random.Random(7), 20, vocab)], [params])  # warm-up (and compile)
+    prompts = [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)]
+    out, latency = timed_generate(engine, prompts, [params] * len(prompts))
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
+    chars = sum(len(o["text"]) for o in out)
+    valid = sum(1 for o in out if _is_valid(o["text"])) if constrained else None
+    return {"seconds": latency, "output_tok_s": tokens / latency, "chars_s": chars / latency,
+            "forward_passes_per_req": sum(o["meta_info"]["forward_passes"] for o in out) / len(out),
+            "tokens_per_req": tokens / len(out), "valid_json": valid, "requests": len(out),
+            "sample": out[0]["text"][:200]}
+
+
+def _is_valid(text: str) -> bool:
+    try:
+        import jsonschema
+
+        jsonschema.validate(json.loads(text), SCHEMA)
+        return True
+    except Exception:  # any parse or validation failure counts as invalid
+        return False
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    model_dir = make_model_dir(args.model_config, args.tiny)
+    isolate = not args.tiny
+    free = run_isolated(run_mode, isolate, args, model_dir, False, True)
+    jf_on = run_isolated(run_mode, isolate, args, model_dir, True, True)
+    jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
+    result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
+              "unconstrained": free, "constrained_jump_forward": jf_on, "constrained_no_jump_forward": jf_off,
+              "constrained_vs_free_tok_s": jf_off["output_tok_s"] / free["output_tok_s"],
+              "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"]}
+    rows = []
+    for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off)):
+        rows += [(f"{label}: output tok/s", r["output_tok_s"]), (f"{label}: chars/s", r["chars_s"]),
+                 (f"{label}: forwards/req", r["forward_passes_per_req"])]
+    rows += [("valid JSON (jf on / off)", f"{jf_on['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
+             ("constrained/free tok/s", result["constrained_vs_free_tok_s"]),
+             ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"])]
+    report("json_decode", result, rows)
+    return result
+
+
+if __name__ == "__main__":
+    main()

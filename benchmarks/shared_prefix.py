@@ -1,0 +1,78 @@
+"""Usage: python benchmarks/shared_prefix.py [--model-config llama-3-8b] [--tiny]
+
+Shared-prefix workload through sgl_runtime.Engine on dummy weights: 64 groups x 16 requests, each
+group sharing a 2,048-token system prompt, each request adding a 128-token question and generating
+256 tokens (ignore_eos, greedy). Each group's system prompt is sent first (1 new token, timed
+in both modes) so that requests admitted in the same batch can share it. Runs once with the radix cache on and once off (each in its own
+process) and reports throughput, the speed-up and the cache hit rate. Prints a JSON line and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from bench_utils import (add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
+                         run_isolated, timed_generate, vocab_size_of)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    # groups, requests per group, system prompt, question, output tokens
+    args.shape = (2, 3, 48, 8, 4) if args.tiny else (64, 16, 2048, 128, 256)
+    return args
+
+
+def workload(args, vocab: int) -> tuple[list[list[int]], list[list[int]], list[dict]]:
+    """(system prompts, requests, their sampling params)."""
+    groups, per_group, system_len, question_len, out_len = args.shape
+    rng = random.Random(args.seed)
+    systems, ids = [], []
+    for _ in range(groups):
+        systems.append(random_ids(rng, system_len, vocab))
+        ids.extend(systems[-1] + random_ids(rng, question_len, vocab) for _ in range(per_group))
+    params = [{"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0}] * len(ids)
+    return systems, ids, params
+
+
+def run_mode(args, model_dir: str, radix: bool) -> dict:
+    from sgl_runtime.engine import Engine
+
+    vocab = vocab_size_of(model_dir)
+    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_radix_cache=not radix))
+    warm = random.Random(args.seed + 99)
+    timed_generate(engine, [random_ids(warm, n, vocab) for n in (40, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
+    engine.flush_cache()
+    systems, ids, params = workload(args, vocab)
+    # Like sgl_lang's fork: first commit each group's system prompt (timed, in both modes), so the
+    # requests admitted together can share it (the scheduler caches a prefix when a request ends).
+    _, prime_latency = timed_generate(engine, systems, [{"max_new_tokens": 1}] * len(systems))
+    out, latency = timed_generate(engine, ids, params)
+    latency += prime_latency
+    prompt = sum(o["meta_info"]["prompt_tokens"] for o in out)
+    cached = sum(o["meta_info"]["cached_tokens"] for o in out)
+    completion = sum(o["meta_info"]["completion_tokens"] for o in out)
+    return {"seconds": latency, "output_tok_s": completion / latency, "total_tok_s": (prompt + completion) / latency,
+            "cache_hit_rate": cached / prompt, "requests": len(out)}
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    model_dir = make_model_dir(args.model_config, args.tiny)
+    on = run_isolated(run_mode, not args.tiny, args, model_dir, True)
+    off = run_isolated(run_mode, not args.tiny, args, model_dir, False)
+    result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
+              "radix_on": on, "radix_off": off, "speedup": off["seconds"] / on["seconds"]}
+    report("shared_prefix", result, [
+        ("radix on: output tok/s", on["output_tok_s"]), ("radix on: total tok/s", on["total_tok_s"]),
+        ("radix on: cache hit rate", on["cache_hit_rate"]),
+        ("radix off: output tok/s", off["output_tok_s"]), ("radix off: total tok/s", off["total_tok_s"]),
+        ("radix off: cache hit rate", off["cache_hit_rate"]), ("speed-up (on / off)", result["speedup"]),
+    ])
+    return result
+
+
+if __name__ == "__main__":
+    main()
