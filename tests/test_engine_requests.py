@@ -92,3 +92,11 @@ def test_get_stats(engine):
                 "max_total_num_tokens", "available_kv_tokens"):
         assert key in stats
     assert stats["max_total_num_tokens"] == 256
+
+
+def test_warmup_forward_runs_through_temporary_pools(engine):
+    runner = engine.scheduler.model_runner
+    free_before = runner.token_to_kv_pool.available_size()
+    logits = runner.warmup_forward(16)
+    assert logits.shape == (1, runner.model_config.vocab_size)
+    assert runner.token_to_kv_pool.available_size() == free_before  # the real pools are untouched

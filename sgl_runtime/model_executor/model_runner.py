@@ -11,7 +11,7 @@ import torch
 
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.model_config import ModelConfig
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -90,12 +90,48 @@ class ModelRunner:
         return int(size)
 
     def _gpu_kv_tokens(self, per_token: int) -> int:
-        """What is left of mem_fraction_static of the device after the weights (SGLang's rule)."""
+        """KV tokens that fit in mem_fraction_static of the device after the weights and the peak
+        activations of a warm-up forward of one full prefill chunk (nano-vllm's rule)."""
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        self.warmup_forward(self._warmup_tokens())
+        torch.cuda.synchronize()
         free, total = torch.cuda.mem_get_info()
-        rest = free - total * (1.0 - self.server_args.mem_fraction_static)
-        return int(rest // per_token)
+        used = total - free
+        activations = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+        budget = total * self.server_args.mem_fraction_static - used - activations
+        return int(budget // per_token)
+
+    def _warmup_tokens(self) -> int:
+        args = self.server_args
+        chunk = args.chunked_prefill_size if args.chunked_prefill_size > 0 else args.max_prefill_tokens
+        return max(1, min(chunk, args.max_prefill_tokens, self.model_config.context_length - 1))
+
+    @torch.inference_mode()
+    def warmup_forward(self, num_tokens: int) -> torch.Tensor:
+        """One prefill of `num_tokens` dummy tokens through temporary pools (used to measure peak memory)."""
+        cfg = self.model_config
+        req_pool = ReqToTokenPool(1, num_tokens + 1, self.device)
+        kv_pool = TokenToKVPool(num_tokens, cfg.dtype, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, self.device)
+        slots = kv_pool.alloc(num_tokens)
+        req_pool.req_to_token[0, :num_tokens] = slots.to(torch.int32)
+
+        def t(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64, device=self.device)
+
+        batch = ForwardBatch(
+            forward_mode=ForwardMode.EXTEND, batch_size=1,
+            input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=self.device),
+            positions=torch.arange(num_tokens, dtype=torch.int64, device=self.device),
+            req_pool_indices=t([0]), seq_lens=t([num_tokens]), extend_prefix_lens=t([0]),
+            extend_seq_lens=t([num_tokens]), extend_start_loc=t([0]), out_cache_loc=slots,
+            seq_lens_cpu=[num_tokens], extend_prefix_lens_cpu=[0], extend_seq_lens_cpu=[num_tokens],
+            logits_indices=t([num_tokens - 1]),
+            attn_backend=self._attention_backend_class()(kv_pool, req_pool), req_to_token=req_pool.req_to_token,
+        )
+        batch.attn_backend.init_forward_metadata(batch)
+        return self.model(batch.input_ids, batch.positions, batch)
 
     def _max_running_requests(self) -> int:
         if self.server_args.max_running_requests is not None:
@@ -104,6 +140,9 @@ class ModelRunner:
         return max(1, min(default, self.max_total_num_tokens // 2))
 
     def _make_attention_backend(self):
+        return self._attention_backend_class()(self.token_to_kv_pool, self.req_to_token_pool)
+
+    def _attention_backend_class(self) -> type:
         choice = self.server_args.attention_backend
         use_triton = self.device != "cpu" and choice in ("auto", "triton") and _has_module(
             "sgl_runtime.layers.attention.triton_backend"
@@ -113,10 +152,10 @@ class ModelRunner:
         if use_triton:
             from sgl_runtime.layers.attention.triton_backend import TritonAttentionBackend
 
-            return TritonAttentionBackend(self.token_to_kv_pool, self.req_to_token_pool)
+            return TritonAttentionBackend
         from sgl_runtime.layers.attention.torch_backend import TorchAttentionBackend
 
-        return TorchAttentionBackend(self.token_to_kv_pool, self.req_to_token_pool)
+        return TorchAttentionBackend
 
     def _make_cuda_graph_runner(self):
         """Decode CUDA graphs on CUDA with the Triton backend, unless --disable-cuda-graph."""
