@@ -11,7 +11,15 @@ accepting state with the type of the token lark would emit when the match ends t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+try:  # Python >= 3.11
+    import re._constants as sre_constants
+    import re._parser as sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants
+    import sre_parse
 
 import numpy as np
 
@@ -27,16 +35,49 @@ class SlotDFA:
     initial: int
 
 
+# lark's common.ESCAPED_STRING uses a lookbehind; this lookaround-free regex matches the same
+# strings (a quote, then characters other than newline where a backslash escapes the next one,
+# then the first unescaped quote).
+_EQUIVALENTS = {r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"'}
+
+
 def terminal_dfa(terminal, cache: dict) -> ByteDFA:
-    """The byte DFA of a lark TerminalDef's regex (cached by name)."""
+    r"""The byte DFA of a lark TerminalDef's regex (cached by name).
+
+    Python's `re` (what lark's lexer runs) takes a greedy terminal's longest match, which the
+    lexer automaton models; a terminal with a lazy quantifier (`*?`, `+?`, ...) is taken as
+    ending at its first accepting position (shortest match), true of the usual lazy terminals
+    such as `/\/\*(.|\n)*?\*\//`."""
     dfa = cache.get(terminal.name)
     if dfa is None:
+        pattern = terminal.pattern.to_regexp()
+        pattern = _EQUIVALENTS.get(pattern, pattern)
         try:
-            dfa = ByteDFA.from_regex(terminal.pattern.to_regexp())
+            dfa = ByteDFA.from_regex(pattern)
         except ConstraintError as exc:
             raise ConstraintError(f"grammar terminal {terminal.name}: {exc}") from None
+        if _is_lazy(pattern):
+            trans = dfa.transitions.copy()
+            trans[dfa.accepting] = -1  # stop at the first accepting position
+            dfa = ByteDFA(trans, dfa.initial, dfa.accepting)
         cache[terminal.name] = dfa
     return dfa
+
+
+def _is_lazy(pattern: str) -> bool:
+    """Whether the regex has a lazy (non-greedy) quantifier."""
+    try:
+        return _has_min_repeat(sre_parse.parse(pattern))
+    except re.error:
+        return False
+
+
+def _has_min_repeat(node) -> bool:
+    if isinstance(node, sre_parse.SubPattern):
+        return any(op == sre_constants.MIN_REPEAT or _has_min_repeat(av) for op, av in node.data)
+    if isinstance(node, (list, tuple)):
+        return any(_has_min_repeat(x) for x in node)
+    return False
 
 
 def build_slot(terminal, unless: list, ignored: bool, type_index: dict, poison: int,

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from sgl_runtime.constrained.grammar_engine import GrammarEngine, GrammarState
-from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, LexerContext
+from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 
@@ -35,6 +35,16 @@ class TokenTable:
         self.flat = np.frombuffer(b"".join(b or b"" for b in token_bytes) + b"\0", dtype=np.uint8)
         self.all_rows = np.nonzero(lens > 0)[0].astype(np.int64)
         self.token_bytes = token_bytes
+        first = self.flat[self.starts[self.all_rows]]
+        order = np.argsort(first, kind="stable")
+        self._by_first = self.all_rows[order]  # all rows grouped by first byte
+        self._first_bounds = np.searchsorted(first[order], np.arange(257))
+
+    def rows_starting_with(self, byte_ok: np.ndarray) -> np.ndarray:
+        """All non-empty tokens whose first byte b has byte_ok[b] (bool [256])."""
+        bounds = self._first_bounds
+        parts = [self._by_first[bounds[b]:bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
         """Packed int32 bitmask [num_words] with the bits of `ids` set."""
@@ -129,8 +139,7 @@ class MaskBuilder:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
         ids: list = []
         packed: list = []
-        rows = self.table.all_rows
-        self._collect(state, ("all",), rows, np.zeros(len(rows), np.int64), ids, packed)
+        self._collect(state, ("all",), None, None, ids, packed)
         out = self.table.pack(np.concatenate(ids)) if ids else np.zeros(self.table.num_words, np.int32)
         for p in packed:
             out |= p
@@ -166,6 +175,9 @@ class MaskBuilder:
         key = (rows_key, id(ctx), state.lex, len(state.tail))
         run = self._runs.get(key)
         if run is None:
+            if rows is None:  # all tokens: skip those whose first byte is dead right away
+                rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
+                offs = np.zeros(len(rows), dtype=np.int64)
             run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs, next(self._ids))
             self._runs[key] = run
             if len(self._runs) > self._max_runs:

@@ -201,7 +201,7 @@ class _Compiler:
             content = format_content(fmt) if isinstance(fmt, str) else None
             extra = (content,) if content is not None else ()
         return string_dfa(count_keyword(schema, "minLength", 0), count_keyword(schema, "maxLength", None),
-                          (patterns,) if patterns is not None else (), extra)
+                          (patterns,) if patterns is not None else (), extra, mode == EXACT)
 
     # ----------------------------------------------------------------- applicators
     def _one_of(self, schemas: list, level: int, mode: int) -> Dfa:

@@ -27,8 +27,7 @@ def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     counter = _ContainsCounter(comp, schema, level, mode)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
     elements = [prefix_dfas[i] if i < len(prefix) else rest for i in range(top + 1)]
-    return concat(comp.tokens.lbracket, _body(comp, elements, min_items, max_items, top, counter),
-                  comp.tokens.rbracket)
+    return _body(comp, elements, min_items, max_items, top, counter)
 
 
 class _ContainsCounter:
@@ -98,4 +97,4 @@ def _body(comp, elements: list[Dfa], min_items: int, max_items: int | None, top:
             dst = node((nxt_pos, nxt_count))
             for f in fs:
                 nfa.add_eps(f, dst)
-    return nfa.determinize(start)
+    return nfa.determinize_between(start, comp.tokens.lbracket, comp.tokens.rbracket)

@@ -148,6 +148,7 @@ class _Partition:
             for i in key:
                 members[i].append(cid)
         self.members = {cs: tuple(members[i]) for i, cs in enumerate(distinct)}
+        self._merge_memo: dict = {}
         self.char_class = {c: cid for cid, cs in enumerate(self.classes[:-1]) for c in cs.chars}
 
     def table(self, dfa: Dfa) -> list[dict]:
@@ -156,14 +157,17 @@ class _Partition:
     def edges_from_table(self, row: dict) -> tuple:
         by_target: dict = defaultdict(list)
         for cid, t in row.items():
-            by_target[t].append(self.classes[cid])
-        out = []
-        for t, css in by_target.items():
-            merged = css[0]
-            for cs in css[1:]:
-                merged = merged | cs
-            out.append((merged, t))
-        return tuple(out)
+            by_target[t].append(cid)
+        return tuple((self._merged(tuple(cids)), t) for t, cids in by_target.items())
+
+    def _merged(self, cids: tuple) -> Charset:
+        got = self._merge_memo.get(cids)
+        if got is None:
+            got = self.classes[cids[0]]
+            for c in cids[1:]:
+                got = got | self.classes[c]
+            self._merge_memo[cids] = got
+        return got
 
 
 def _charsets_of(dfas: Iterable[Dfa]) -> list[Charset]:
@@ -295,9 +299,22 @@ class Nfa:
         _check_size(len(self.edges), "NFA")
         return base, [base + f for f in dfa.finals]
 
+    def determinize_between(self, start: int, prefix: Dfa, suffix: Dfa) -> Dfa:
+        """Determinizes prefix . (this NFA from `start`) . suffix in one pass."""
+        old_finals, self.finals = self.finals, set()
+        s0, ends = self.embed(prefix)
+        for f in ends:
+            self.add_eps(f, start)
+        s1, ends = self.embed(suffix)
+        for f in old_finals:
+            self.add_eps(f, s1)
+        self.finals = set(ends)
+        return self.determinize(s0)
+
     def determinize(self, start: int) -> Dfa:
         part = _Partition(cs for edges in self.edges for cs, _ in edges)
         moves = [[(part.members[cs], t) for cs, t in edges] for edges in self.edges]
+        disjoint = [sum(len(c) for c, _ in m) == len({x for c, _ in m for x in c}) for m in moves]
         closure_memo: dict = {}
 
         def closure(states: frozenset) -> frozenset:
@@ -323,19 +340,28 @@ class Nfa:
             cur = subsets[i]
             if cur & self.finals:
                 finals.add(i)
-            nxt: dict = defaultdict(set)
-            for s in cur:
-                for cids, t in moves[s]:
-                    for c in cids:
-                        nxt[c].add(t)
+            movers = [s for s in cur if moves[s]]
             row = {}
-            for c, targets in nxt.items():
+            if len(movers) == 1 and disjoint[movers[0]]:
+                groups = [(cids, (t,)) for cids, t in moves[movers[0]]]
+            else:
+                nxt: dict = defaultdict(set)
+                for s in movers:
+                    for cids, t in moves[s]:
+                        for c in cids:
+                            nxt[c].add(t)
+                by_targets: dict = defaultdict(list)
+                for c, targets in nxt.items():
+                    by_targets[frozenset(targets)].append(c)
+                groups = [(cids, targets) for targets, cids in by_targets.items()]
+            for cids, targets in groups:
                 key = closure(frozenset(targets))
                 j = index.get(key)
                 if j is None:
                     j = index[key] = len(subsets)
                     subsets.append(key)
-                row[c] = j
+                for c in cids:
+                    row[c] = j
             table.append(row)
             _check_size(len(subsets), "subset construction")
         return _minimize(table, finals, part)

@@ -28,7 +28,7 @@ MAX_PATTERN_PROPERTIES = 3
 def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     """The compact serialisations of objects valid under the object keywords of `schema`."""
     spec = _ObjectSpec(comp, schema, level, mode)
-    return concat(comp.tokens.lbrace, spec.body(), comp.tokens.rbrace)
+    return spec.body()
 
 
 def _get(schema: dict, key: str, kind, default):
@@ -190,4 +190,4 @@ class _BodyBuilder:
                     if not mask >> j & 1:
                         self.link(src, pairs, count, lambda c, j=j, mask=mask: ("x", c, mask | 1 << j))
                 self.link(src, extra, count, lambda c, mask=mask: ("x", c, mask))
-        return self.nfa.determinize(start)
+        return self.nfa.determinize_between(start, self.tokens.lbrace, self.tokens.rbrace)

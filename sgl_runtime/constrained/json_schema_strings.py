@@ -54,8 +54,15 @@ def length_content(lo: int, hi: int | None) -> Dfa:
     return Dfa(tuple(edges), frozenset(range(lo, top + 1)))
 
 
-def encode_content(content: Dfa) -> Dfa:
-    """The JSON string literals (quotes included) whose decoded value `content` accepts."""
+_COMMON_SPECIAL = frozenset('"\\\n\r\t')
+
+
+def encode_content(content: Dfa, full_escapes: bool = True) -> Dfa:
+    """The JSON string literals (quotes included) whose decoded value `content` accepts.
+
+    full_escapes=False drops the rarely needed control characters (all but \\n, \\r, \\t), which
+    keeps length-bounded strings at two states per position instead of seven."""
+    specials = SPECIAL if full_escapes else _COMMON_SPECIAL
     if content.is_empty():
         return EMPTY
     offset = 1
@@ -68,7 +75,7 @@ def encode_content(content: Dfa) -> Dfa:
             raw = cs - _SPECIAL_CS
             if not raw.is_empty():
                 edges[offset + s].append((raw, offset + t))
-            for c in SPECIAL:
+            for c in specials:
                 if c in cs:
                     trie[escape_char(c)] = offset + t
         if s in content.finals:
@@ -197,14 +204,15 @@ def _ecma_to_python(pattern: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=512)
 def string_dfa(min_length: int = 0, max_length: int | None = None, patterns: tuple = (),
-               extra: tuple = ()) -> Dfa:
+               extra: tuple = (), full_escapes: bool = True) -> Dfa:
     """JSON string literals with length bounds, matching every pattern and content DFA in `extra`."""
     parts = [length_content(min_length, max_length)] if (min_length or max_length is not None) else []
     parts += [pattern_content(p) for p in patterns]
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
-    return encode_content(content)
+    return encode_content(content, full_escapes or not parts)
 
 
 def literals_dfa(texts) -> Dfa:
