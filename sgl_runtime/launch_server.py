@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Optional
@@ -33,10 +34,11 @@ def launch_server(server_args: ServerArgs) -> int:
     configure_logging(server_args.log_level)
     signal.signal(signal.SIGTERM, _exit_on_signal)  # clean up children if stopped while starting
     try:
+        check_port_free(server_args.host, server_args.port)
         server_args = resolve_model(server_args)
         model_info = read_model_info(server_args)
     except (OSError, ValueError) as exc:
-        logger.error("cannot serve the model: %s", exc)
+        logger.error("cannot start the server: %s", exc)
         return 1
     addresses = IpcAddresses.make()
     children = ChildProcesses()
@@ -45,12 +47,24 @@ def launch_server(server_args: ServerArgs) -> int:
     except ChildProcessFailed as exc:
         logger.error("server failed: %s", exc)
         return 1
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, StopSignal):
         logger.info("stopped by signal")
         return 0
+    except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
+        return exc.code if isinstance(exc.code, int) and exc.code else 1
     finally:
         children.stop()
         shutil.rmtree(Path(addresses.paths()[0]).parent, ignore_errors=True)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before loading the model when the HTTP port is taken (OSError naming it)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
 
 
 def resolve_model(server_args: ServerArgs) -> ServerArgs:
@@ -107,8 +121,12 @@ def read_model_info(server_args: ServerArgs):
                      eos_token_ids=frozenset(config.eos_token_ids))
 
 
+class StopSignal(BaseException):
+    """SIGTERM arrived (raised from the handler so that cleanup runs)."""
+
+
 def _exit_on_signal(signum: int, _frame) -> None:
-    raise SystemExit(128 + signum)
+    raise StopSignal(signum)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def run_detokenizer_process(server_args: ServerArgs, addresses: IpcAddresses, co
             outbox.send_pyobj(manager.process(message) if isinstance(message, BatchTokenIDOut) else message)
     except Exception:
         _report_fatal(conn, "detokenizer crashed")
-        sys.exit(1)
+        lifetime.exit(1)
+    lifetime.exit(0)
 
 
 @dataclass

@@ -41,7 +41,8 @@ def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn
         loop.run_forever()
     except Exception:
         _report_fatal(conn, "scheduler crashed")
-        sys.exit(1)
+        lifetime.exit(1)
+    lifetime.exit(0)
 
 
 class SchedulerLoop:
