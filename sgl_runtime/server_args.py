@@ -34,7 +34,7 @@ class ServerArgs:
     # HTTP
     host: str = _arg("127.0.0.1", "Address to bind.")
     port: int = _arg(30000, "Port to bind.")
-    api_key: Optional[str] = _arg(None, "Require this key as 'Authorization: Bearer KEY' on every request.")
+    api_key: Optional[str] = _arg(None, "Require this key as 'Authorization: Bearer KEY' on every request except GET /health.")
     log_level: str = _arg("info", "Logging level.", ("debug", "info", "warning", "error"))
     log_interval: int = _arg(40, "Log batch statistics every this many decode steps.")
 
