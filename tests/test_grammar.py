@@ -219,3 +219,39 @@ def test_forced_string_and_tokens_on_json(json_tiny):
     assert m.forced_string() == "ue"
     assert matcher_after(json_tiny, JSON_TOKENS, ['[']).forced_string() == ""
     assert matcher_after(json_tiny, JSON_TOKENS, ['"a"']).forced_string() == ""
+
+
+COMMON_GRAMMAR = r"""
+start: item+
+item: ESCAPED_STRING | SIGNED_NUMBER | CNAME
+%import common.ESCAPED_STRING
+%import common.SIGNED_NUMBER
+%import common.CNAME
+%import common.WS
+%import common.C_COMMENT
+%ignore WS
+%ignore C_COMMENT
+"""
+
+
+def test_lark_common_terminals_lookbehind_and_lazy_comments_match_lark():
+    tokens = ['"', 'a', '\\', '"a"', '/*', '*/', '*', ' ', '1', '.', 'e', '\n', '+', '"\\"']
+    c = compile_grammar(COMMON_GRAMMAR, make_vocab(tokens))
+    parser = lark.Lark(COMMON_GRAMMAR, parser="lalr")
+    checked = 0
+    for n in range(4):
+        for pieces in itertools.product(tokens, repeat=n):
+            prefix = "".join(pieces)
+            state = c.engine.feed(c.engine.initial, prefix.encode())
+            if state is None or not c.engine.viable(state):
+                assert not lark_viable(parser, prefix), prefix
+                continue
+            m = c.matcher()
+            m.state = state
+            got = allowed_strings(m, tokens)
+            for t in tokens:
+                assert (t in got) == lark_viable(parser, prefix + t), (prefix, t)
+            assert ("<eos>" in got) == lark_parses(parser, prefix), prefix
+            checked += 1
+    assert checked > 500
+    assert c.accepts('"a\\"b" /* x */ 1.5e3 /* y */ name') and not c.accepts('/* a */ */ 1')
