@@ -100,3 +100,26 @@ def test_warmup_forward_runs_through_temporary_pools(engine):
     logits = runner.warmup_forward(16)
     assert logits.shape == (1, runner.model_config.vocab_size)
     assert runner.token_to_kv_pool.available_size() == free_before  # the real pools are untouched
+
+
+def test_a_failing_batch_fails_its_requests_and_the_scheduler_keeps_serving(engine, monkeypatch):
+    scheduler = engine.scheduler
+    assert engine.flush_cache()
+    a, b = random_prompts((12, 9), seed=33)
+    scheduler.handle(_request("ok-before", a, 4))
+    scheduler.step()  # prefill
+    real_forward = scheduler.model_runner.forward
+
+    def broken(forward_batch):
+        raise RuntimeError("simulated kernel failure")
+
+    monkeypatch.setattr(scheduler.model_runner, "forward", broken)
+    out = scheduler.step()
+    assert [(o.rid, o.finished_reason["type"]) for o in out.outputs] == [("ok-before", "abort")]
+    assert "simulated kernel failure" in out.outputs[0].error
+    monkeypatch.setattr(scheduler.model_runner, "forward", real_forward)
+    scheduler.tree_cache.check_integrity()
+    assert scheduler.tree_cache.protected_size() == 0
+    assert scheduler.kv_available_size() + scheduler.tree_cache.evictable_size() == scheduler.max_total_num_tokens
+    r = engine.generate(input_ids=b, sampling_params={"max_new_tokens": 3, "ignore_eos": True})
+    assert r["meta_info"]["completion_tokens"] == 3

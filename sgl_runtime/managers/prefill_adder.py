@@ -117,6 +117,7 @@ class PrefillAdder:
         return AddResult.CONTINUE if self.rem_input_tokens > 0 else AddResult.OTHER
 
     def _admit(self, req: Req) -> None:
+        req.node_locked = True
         self.can_run.append(req)
         prefix_len = len(req.prefix_indices)
         if req.cached_tokens is None:

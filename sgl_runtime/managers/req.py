@@ -52,6 +52,7 @@ class Req:
         # KV bookkeeping
         self.prefix_indices: torch.Tensor = _EMPTY
         self.last_node = None
+        self.node_locked = False  # last_node's path is locked in the radix cache
         self.req_pool_idx: Optional[int] = None
         self.kv_len = 0
         self.cache_protected_len = 0

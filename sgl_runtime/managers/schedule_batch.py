@@ -17,7 +17,7 @@ import torch
 from sgl_runtime.managers.req import Req
 from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
 
-__all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots"]
+__all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots", "release_req_kv"]
 
 
 class OutOfKVMemory(RuntimeError):
@@ -68,6 +68,7 @@ class ScheduleBatch:
         self.tree_cache = tree_cache
         self.device = device
         self.layout = LogitsLayout()
+        self.slots_allocated = False  # set once the new tokens' KV slots are in req_to_token
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -101,6 +102,7 @@ class ScheduleBatch:
         total = sum(ext_lens)
         out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
         prefix_lens = [r.kv_len for r in self.reqs]
+        self.slots_allocated = True
         is_decode = all(n == 1 for n in ext_lens)
         input_ids, positions = self._write_tokens(out_cache_loc, prefix_lens, ext_lens, is_decode)
         self._build_layout(prefix_lens, ext_lens)
@@ -196,3 +198,34 @@ class ScheduleBatch:
             req.forward_passes += 1
             req.extend_input_len = 0
 
+
+
+def release_req_kv(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache, cache: bool = True,
+                   uncommitted: int = 0) -> None:
+    """Give back everything the request holds: its computed KV goes to the radix cache (duplicates
+    freed) or, with cache=False, is freed; `uncommitted` more slots past kv_len (allocated for a
+    forward that never completed) are freed; the cache path is unlocked and the row freed."""
+    if req.req_pool_idx is None:  # admitted (maybe locked) but never allocated a row
+        _unlock(req, tree_cache)
+        req.reset_kv_state()
+        return
+    row = req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len + uncommitted].to(torch.int64)
+    protected = req.cache_protected_len
+    if uncommitted:
+        token_to_kv_pool.free(row[req.kv_len :])
+        row = row[: req.kv_len]
+    if tree_cache.disable or not cache:
+        token_to_kv_pool.free(row[protected:])
+    else:
+        already = tree_cache.insert(req.fill_ids[: req.kv_len], row.clone())
+        if already > protected:
+            token_to_kv_pool.free(row[protected:already])
+    req_to_token_pool.free(req.req_pool_idx)
+    _unlock(req, tree_cache)
+    req.reset_kv_state()
+
+
+def _unlock(req: Req, tree_cache) -> None:
+    if req.node_locked:
+        tree_cache.dec_lock_ref(req.last_node)
+        req.node_locked = False

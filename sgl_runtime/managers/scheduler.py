@@ -10,8 +10,6 @@ import itertools
 import logging
 from typing import Optional
 
-import torch
-
 from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
@@ -19,7 +17,7 @@ from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, 
 from sgl_runtime.managers.prefill_adder import AddResult, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
-from sgl_runtime.managers.schedule_batch import ScheduleBatch
+from sgl_runtime.managers.schedule_batch import ScheduleBatch, release_req_kv
 from sgl_runtime.managers.schedule_policy import SchedulePolicy
 from sgl_runtime.managers.scheduler_metrics import SchedulerMetrics
 from sgl_runtime.mem_cache.radix_cache import RadixCache
@@ -81,7 +79,10 @@ class Scheduler:
         self._poll_constraints()
         batch = self._get_new_prefill_batch() or self._get_decode_batch()
         if batch is not None:
-            self._run_batch(batch)
+            try:
+                self._run_batch(batch)
+            except Exception as error:  # noqa: BLE001 - fail these requests, keep serving the rest
+                self._fail_batch(batch, error)
         return self._collect_outputs()
 
     def has_work(self) -> bool:
@@ -285,20 +286,29 @@ class Scheduler:
             self.outbox.append(req)
 
     def _release(self, req: Req) -> None:
-        """Give the request's KV to the radix cache (freeing duplicates), unlock, free its row."""
-        if req.req_pool_idx is not None:
-            row = self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].to(torch.int64)
-            protected = req.cache_protected_len
-            if self.tree_cache.disable:
-                self.token_to_kv_pool.free(row[protected:])
+        release_req_kv(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache)
+
+    def _fail_batch(self, batch: ScheduleBatch, error: Exception) -> None:
+        """A forward or its post-processing raised: fail this batch's requests, free their memory."""
+        logger.exception("batch of %d request(s) failed; aborting them", len(batch))
+        message = f"internal error: {type(error).__name__}: {error}"
+        for req in batch.reqs:
+            if req.finished and req.req_pool_idx is None:
+                continue  # finished and released before the failure
+            if any(req is r for r in self.running):
+                self.running.remove(req)
+            if req is self.chunked_req:
+                self.chunked_req = None
+            uncommitted = req.extend_input_len if batch.slots_allocated else 0
+            release_req_kv(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache,
+                           cache=False, uncommitted=uncommitted)
+            req.abort(message)
+            if req.hidden:
+                for child in self.fanout.pop(id(req), []):
+                    child.abort(message)
+                    self.outbox.append(child)
             else:
-                already = self.tree_cache.insert(req.fill_ids[: req.kv_len], row.clone())
-                if already > protected:
-                    self.token_to_kv_pool.free(row[protected:already])
-            self.req_to_token_pool.free(req.req_pool_idx)
-        if req.last_node is not None and req.req_pool_idx is not None:
-            self.tree_cache.dec_lock_ref(req.last_node)
-        req.reset_kv_state()
+                self.outbox.append(req)
 
     def _collect_outputs(self) -> Optional[BatchTokenIDOut]:
         outputs = [make_token_output(r) for r in self.outbox]
