@@ -123,23 +123,16 @@ class Scheduler:
                 self.outbox.append(req)
 
     def get_stats(self) -> dict:
-        free = self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
-        return {
-            "num_running_reqs": len(self.running) + (1 if self.chunked_req else 0),
-            "num_waiting_reqs": len(self.waiting) + len(self.constraints.pending),
-            "token_usage": 1.0 - free / self.max_total_num_tokens,
-            "cache_hit_rate": self.metrics.cache_hit_rate,
-            "gen_throughput": self.metrics.last_throughput,
-            "generated_tokens": self.metrics.generated_tokens,
-            "prompt_tokens": self.metrics.prompt_tokens,
-            "cached_tokens": self.metrics.cached_tokens,
-            "num_retractions": self.metrics.num_retractions,
-            "max_total_num_tokens": self.max_total_num_tokens,
-            "max_running_requests": self.max_running_requests,
-            "available_kv_tokens": free,
-            "context_length": self.model_config.context_length,
-            "new_token_ratio": self.new_token_ratio.value,
-        }
+        return self.metrics.stats(
+            num_running_reqs=len(self.running) + (1 if self.chunked_req else 0),
+            num_waiting_reqs=len(self.waiting) + len(self.constraints.pending),
+            token_usage=self._token_usage(),
+            max_total_num_tokens=self.max_total_num_tokens,
+            max_running_requests=self.max_running_requests,
+            available_kv_tokens=self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size(),
+            context_length=self.model_config.context_length,
+            new_token_ratio=self.new_token_ratio.value,
+        )
 
     # ================================================================== intake
     def _add_request(self, msg: TokenizedGenerateReqInput) -> None:

@@ -26,6 +26,18 @@ class SchedulerMetrics:
     def cache_hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    def stats(self, **current) -> dict:
+        """The counters plus the scheduler's `current` figures, for get_stats()."""
+        return {
+            **current,
+            "cache_hit_rate": self.cache_hit_rate,
+            "gen_throughput": self.last_throughput,
+            "generated_tokens": self.generated_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "num_retractions": self.num_retractions,
+        }
+
     def on_prefill(self, cached: int, computed: int) -> None:
         self.cached_tokens += cached
         self.prompt_tokens += cached + computed
