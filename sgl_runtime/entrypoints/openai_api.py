@@ -13,8 +13,10 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from pydantic import BaseModel, ValidationError
+
 from sgl_runtime.entrypoints.openai_protocol import (
-    ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields,
+    ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields, describe_validation_errors,
 )
 from sgl_runtime.entrypoints.openai_responses import StreamBuilder, chat_response, completion_response
 from sgl_runtime.entrypoints.sse import sse_event, sse_stream
@@ -39,7 +41,8 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
                                             "owned_by": "sgl_runtime", "max_model_len": context_length}]}
 
     @router.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def completions(request: Request):
+        body = await parse_body(request, CompletionRequest)
         _reject_unsupported(body)
         if body.suffix:
             raise InvalidRequestError("suffix is not supported")
@@ -61,7 +64,8 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         return completion_response(results, model_name, body.n, echo_texts, body.logprobs is not None)
 
     @router.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request):
+    async def chat_completions(request: Request):
+        body = await parse_body(request, ChatCompletionRequest)
         _reject_unsupported(body)
         if body.top_logprobs and not body.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true")
@@ -79,6 +83,16 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         return chat_response(results, model_name, body.n, body.logprobs)
 
     return router
+
+
+async def parse_body(request: Request, model: type[BaseModel]) -> Any:
+    """The JSON body validated into `model`, whatever the Content-Type header says."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        message, _ = describe_validation_errors(exc.errors(include_url=False))
+        raise InvalidRequestError(message) from exc
 
 
 def sampling_params(body: _SamplingFields, max_new_tokens: int) -> dict[str, Any]:
