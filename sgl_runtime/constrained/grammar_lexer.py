@@ -30,6 +30,10 @@ class LexerContext:
         self.n = len(slots)
         self._max_states = max_states
         self._reps, self._class_of = _byte_classes(slots)
+        self._reps_list = self._reps.tolist()
+        self._trans = [s.trans.tolist() for s in slots]
+        self._label = [s.label.tolist() for s in slots]
+        self._live = [s.live.tolist() for s in slots]
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         start = (*[s.initial for s in slots], -1, -1, 0, 1)
@@ -77,49 +81,27 @@ class LexerContext:
 
     def _class_row(self, key: tuple):
         """`_row` on one representative byte per byte class (bytes no slot tells apart)."""
-        n, k = self.n, len(self._reps)
-        cols = np.arange(k)
-        if n == 0:  # a parser state that only accepts the end of input
-            return np.full(k, -1), np.full(k, DEAD), np.full(k, -1)
-        w, wtype = key[n], key[n + 1]
-        d = np.full((n, k), -1, dtype=np.int64)
-        lab = np.full((n, k), -1, dtype=np.int64)
-        for i, s in enumerate(key[:n]):
-            if s >= 0:
-                d[i] = self.slots[i].trans[s][self._reps]
-                lab[i] = np.where(d[i] >= 0, self.slots[i].label[np.maximum(d[i], 0)], -1)
+        n, reps = self.n, self._reps_list
+        nxt, code, ctype = [-1] * len(reps), [DEAD] * len(reps), [-1] * len(reps)
+        states, w, wtype = key[:n], key[n], key[n + 1]
         limit = n if w < 0 else w + 1
-        acc = lab[:limit] >= 0
-        has = acc.any(0)
-        first = acc.argmax(0)
-        new_w = np.where(has, first, w)
-        new_wtype = np.where(has, lab[first, cols], wtype)
-        after = (np.arange(n)[:, None] > new_w[None, :]) & (new_w >= 0)[None, :]
-        d[after] = -1
-        alive = d >= 0
-        any_alive = alive.any(0)
-        earlier_alive = np.zeros(k, dtype=bool)
-        winner_live = np.zeros(k, dtype=bool)
-        for i in range(n):
-            sel = new_w == i
-            if sel.any():
-                earlier_alive[sel] = alive[:i, sel].any(0) if i else False
-                ws = d[i, sel]
-                winner_live[sel] = (ws >= 0) & self.slots[i].live[np.maximum(ws, 0)]
-        code = np.where(has, ACCEPT, CONTINUE)
-        close_here = has & ~earlier_alive & ~winner_live
-        code = np.where(close_here, CLOSE_HERE, code)
-        code = np.where(~any_alive, CLOSE_BEFORE if w >= 0 else DEAD, code)
-        ctype = np.where(code == CLOSE_BEFORE, wtype, np.where(code == CLOSE_HERE, new_wtype, -1))
-        nxt = np.full(k, -1, dtype=np.int64)
-        go = (code == CONTINUE) | (code == ACCEPT)
-        if go.any():
-            mat = np.concatenate([d, new_w[None], new_wtype[None], has[None].astype(np.int64),
-                                  np.zeros((1, k), np.int64)], axis=0)[:, go]  # [n + 4, k']
-            uniq, inverse = np.unique(mat, axis=1, return_inverse=True)
-            ids = np.array([self._intern(tuple(col.tolist())) for col in uniq.T], dtype=np.int64)
-            nxt[go] = ids[inverse.reshape(-1)]
-        return nxt, code, ctype
+        for c, b in enumerate(reps):
+            d = [self._trans[i][s][b] if s >= 0 else -1 for i, s in enumerate(states)]
+            new_w, new_type, accepted = w, wtype, False
+            for i in range(limit):  # the first slot (in lark's order) matching here wins
+                if d[i] >= 0 and self._label[i][d[i]] >= 0:
+                    new_w, new_type, accepted = i, self._label[i][d[i]], True
+                    break
+            if new_w >= 0:
+                d[new_w + 1:] = [-1] * (n - new_w - 1)  # later slots can no longer win
+            if all(s < 0 for s in d):
+                code[c], ctype[c] = (CLOSE_BEFORE, wtype) if w >= 0 else (DEAD, -1)
+            elif accepted and all(s < 0 for s in d[:new_w]) and not self._live[new_w][d[new_w]]:
+                code[c], ctype[c] = CLOSE_HERE, new_type
+            else:
+                code[c] = ACCEPT if accepted else CONTINUE
+                nxt[c] = self._intern((*d, new_w, new_type, int(accepted), 0))
+        return np.array(nxt), np.array(code), np.array(ctype)
 
     def _possible_types(self) -> list[int]:
         """Bitset per state of the types a continuation can close the token with."""

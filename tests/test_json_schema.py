@@ -1,0 +1,271 @@
+"""schema_to_fsm / schema_to_dfa: per-keyword accept/reject examples cross-checked with jsonschema,
+random strings sampled from each automaton validated with jsonschema, and the error paths."""
+
+import datetime
+import ipaddress
+import json
+import random
+import re
+import urllib.parse
+import uuid
+from decimal import Decimal
+
+import jsonschema
+import pytest
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema import schema_to_dfa, schema_to_fsm
+from sgl_runtime.constrained.json_schema_automata import sample
+from sgl_runtime.constrained.json_schema_serialize import compact_json
+
+# (schema, instances): every instance is checked against jsonschema's verdict.
+CASES = [
+    ({"type": "null"}, [None, 0, "null", False]),
+    ({"type": "boolean"}, [True, False, 0, None]),
+    ({"type": "integer"}, [0, -7, 12345678901234567890, 1.0, 1.5, "1", True]),
+    ({"type": "number"}, [0, -0.5, 3.25, 10, "3", None]),
+    ({"type": ["string", "null"]}, ["a", None, 1, []]),
+    ({"type": "string"}, ["", "hé", "a\"b\\c", "line\nbreak\ttab\x01", "😀", 5]),
+    ({"minLength": 2, "maxLength": 3}, ["a", "ab", "abc", "abcd", "😀😀", 7]),
+    ({"pattern": "^[a-z]+[0-9]?$"}, ["abc", "abc1", "abc12", "1abc", "", 3]),
+    ({"pattern": "b.d"}, ["abcde", "bxd", "bd", "b\nd", "xx"]),
+    ({"enum": ["red", 1, None, [1, 2], {"a": 1}]}, ["red", 1, 1.0, None, [1, 2], [2, 1], {"a": 1}, "blue"]),
+    ({"const": {"x": [1, {"y": False}]}}, [{"x": [1, {"y": False}]}, {"x": [1, {"y": 0}]}, {"x": [1]}]),
+    ({"minimum": -2, "maximum": 7.5}, [-2, -2.5, 0, 7.5, 7.51, 8, "s"]),
+    ({"exclusiveMinimum": 0, "exclusiveMaximum": 1}, [0, 0.5, 1, -0.1, 0.999]),
+    ({"type": "integer", "multipleOf": 7}, [0, 7, -14, 700, 8, 7.0, 7.5]),
+    ({"multipleOf": 0.25}, [0.5, 0.75, 1, 0.3, -2.25]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+      "required": ["a"], "additionalProperties": False},
+     [{"a": 1}, {"a": 1, "b": "x"}, {"b": "x"}, {"a": 1, "c": 2}, {"a": "1"}, {}]),
+    ({"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+     [{"a": 1, "z": "q"}, {"z": 1}, {"a": 1}, {}, 5]),
+    ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+     [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}]),
+    ({"propertyNames": {"maxLength": 2}}, [{"ab": 1}, {"abc": 1}, {}]),
+    ({"minProperties": 1, "maxProperties": 2}, [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}]),
+    ({"required": ["x", "y"]}, [{"x": 1, "y": 2}, {"y": 2, "x": 1}, {"x": 1}]),
+    ({"dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {"a": 1}, {"b": 1}, {}]),
+    ({"dependentSchemas": {"a": {"required": ["c"]}}}, [{"a": 1, "c": 2}, {"a": 1}, {"b": 1}]),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+     [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"]]),
+    ({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+     [["a", 1], ["a"], [], ["a", 1, 2], [1, "a"]]),
+    ({"contains": {"type": "string"}, "minContains": 2, "maxContains": 3},
+     [["a", "b"], ["a", 1], ["a", "b", "c", "d"], [1, "a", "b"]]),
+    ({"anyOf": [{"type": "string"}, {"minimum": 10}]}, ["s", 11, 5]),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [1, 2.5, 3, 1.5]),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"required": ["a"]}]}, [{"a": 1}, {"a": "x"}, {}]),
+    ({"not": {"type": ["string", "object"]}}, [1, "s", {}, [], None]),
+    ({"not": {"enum": [1, "a"]}}, [1, 1.0, "a", 2, "b"]),
+    ({"if": {"properties": {"k": {"const": "n"}}, "required": ["k"]},
+      "then": {"required": ["n"]}, "else": {"required": ["s"]}},
+     [{"k": "n", "n": 1}, {"k": "n"}, {"k": "x", "s": 1}, {"k": "x"}]),
+    ({"$defs": {"pos": {"type": "integer", "minimum": 1}}, "properties": {"p": {"$ref": "#/$defs/pos"}}},
+     [{"p": 1}, {"p": 0}, {}]),
+    ({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
+                         "additionalProperties": False}}, "$ref": "#/$defs/node"},
+     [{}, {"next": {}}, {"next": {"next": {}}}, {"next": 1}]),
+    (True, [1, "x", {"a": [None]}]),
+    (False, [1, "x", None]),
+    ({"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer"},
+     [1, "1"]),
+]
+
+
+def _expected(schema, instance) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(instance)
+
+
+def _parse_float(text: str):
+    """Integral decimals (e.g. 14.000) become exact ints, as JSON Schema treats them as integers."""
+    value = Decimal(text)
+    return int(value) if value == value.to_integral_value() else float(text)
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise DuplicateKey(keys)
+    return dict(pairs)
+
+
+def _load(text: str):
+    """Parses a sample; objects with duplicate keys (no JSON Schema meaning) raise DuplicateKey."""
+    return json.loads(text, parse_float=_parse_float, object_pairs_hook=_no_duplicates)
+
+
+@pytest.mark.parametrize("schema,instances", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_keyword_examples_agree_with_jsonschema(schema, instances):
+    dfa = schema_to_dfa(schema)
+    for instance in instances:
+        text = compact_json(instance, schema)
+        assert dfa.accepts(text) == _expected(schema, instance), (schema, text)
+
+
+@pytest.mark.parametrize("schema,instances", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_sampled_strings_are_valid(schema, instances):
+    dfa = schema_to_dfa(schema)
+    rng = random.Random(1234)
+    checked = 0
+    for _ in range(40):
+        text = sample(dfa, rng)
+        if text is None:
+            assert schema is False or not any(_expected(schema, i) for i in instances)
+            return
+        try:
+            instance = _load(text)
+        except DuplicateKey:
+            continue  # only free-form keys can repeat; see json_schema.py's docstring
+        assert _expected(schema, instance), (schema, text)
+        checked += 1
+    assert checked >= 20
+
+
+FORMAT_CASES = [
+    ("date", ["2024-02-29", "2023-02-29", "2024-13-01", "24-01-01"]),
+    ("time", ["12:30:00Z", "23:59:59.5+02:00", "25:00:00Z", "12:30"]),
+    ("date-time", ["2024-01-31T08:00:00Z", "2024-01-32T08:00:00Z", "2024-01-31 08:00:00Z"]),
+    ("uuid", ["123e4567-e89b-12d3-a456-426614174000", "123e4567e89b12d3a456426614174000"]),
+    ("email", ["a.b@example.com", "not-an-email", "@x.com"]),
+    ("ipv4", ["192.168.0.1", "256.1.1.1", "01.2.3.4"]),
+    ("ipv6", ["::1", "2001:db8::8a2e:370:7334", "12345::", "1:2:3"]),
+    ("hostname", ["example.com", "-bad.com", "a" * 64]),
+    ("uri", ["https://example.com/a/b?x=1#f", "example.com", "http://"]),
+]
+
+
+def _valid_hostname(s: str) -> bool:
+    labels = s.split(".")
+    return len(s) <= 253 and all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", x) for x in labels)
+
+
+def _valid_uri(s: str) -> bool:
+    parts = urllib.parse.urlsplit(s)
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme)) and " " not in s and (
+        not parts.netloc or _valid_hostname(parts.hostname or "") or _valid_ip(parts.hostname or ""))
+
+
+def _valid_ip(s: str, version=None) -> bool:
+    try:
+        return ipaddress.ip_address(s).version == version if version else bool(ipaddress.ip_address(s))
+    except ValueError:
+        return False
+
+
+def _succeeds(fn) -> bool:
+    try:
+        fn()
+        return True
+    except ValueError:
+        return False
+
+
+# Reference validators (stdlib; jsonschema's own format checkers need optional packages).
+FORMAT_REFERENCE = {
+    "date": lambda s: _succeeds(lambda: datetime.date.fromisoformat(s)),
+    "time": lambda s: s[-1] == "Z" or s[-6] in "+-" and _succeeds(
+        lambda: datetime.datetime.fromisoformat("1970-01-01T" + s)),
+    "date-time": lambda s: "T" in s and _succeeds(lambda: datetime.datetime.fromisoformat(s)),
+    "uuid": lambda s: len(s) == 36 and _succeeds(lambda: uuid.UUID(s)),
+    "email": lambda s: s.count("@") == 1 and _valid_hostname(s.split("@")[1]) and s.split("@")[0] != "",
+    "ipv4": lambda s: _valid_ip(s, 4),
+    "ipv6": lambda s: _valid_ip(s, 6),
+    "hostname": _valid_hostname,
+    "uri": _valid_uri,
+}
+
+
+@pytest.mark.parametrize("fmt,strings", FORMAT_CASES)
+def test_formats_accept_only_valid_strings(fmt, strings):
+    dfa = schema_to_dfa({"type": "string", "format": fmt})
+    valid = FORMAT_REFERENCE[fmt]
+    assert dfa.accepts(json.dumps(strings[0])), strings[0]
+    for s in strings:
+        if dfa.accepts(json.dumps(s)):
+            assert valid(s), (fmt, s)
+    rng = random.Random(7)
+    for _ in range(40):
+        text = sample(dfa, rng)
+        assert valid(json.loads(text)), (fmt, text)
+
+
+def test_fsm_matches_dfa_and_is_interegular():
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"enum": ["a", "b"]}},
+              "required": ["n"]}
+    fsm, dfa = schema_to_fsm(schema), schema_to_dfa(schema)
+    for text in ['{"n":3}', '{"n":3,"s":"a"}', '{"n":-1}', '{"s":"a"}', '{"n":3,"s":"c"}', '{"n":3,"x":[1]}']:
+        assert fsm.accepts(text) == dfa.accepts(text), text
+
+
+def test_property_order_is_schema_order_then_extras():
+    schema = {"properties": {"b": {}, "a": {}}}
+    dfa = schema_to_dfa(schema)
+    assert dfa.accepts('{"b":1,"a":2,"z":3}')
+    assert not dfa.accepts('{"a":2,"b":1}')
+
+
+def test_whitespace_option_is_bounded():
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}
+    assert not schema_to_dfa(schema).accepts('{"a": [1, 2]}')
+    spaced = schema_to_dfa(schema, whitespace=r"[ ]?")
+    assert spaced.accepts('{"a": [1, 2]}') and spaced.accepts('{ "a" : [ 1 , 2 ] }')
+    assert not spaced.accepts('{"a":  [1]}')
+    assert schema_to_dfa(schema, whitespace=2).accepts('{\n "a":[1]}')
+    with pytest.raises(ConstraintError, match="bounded"):
+        schema_to_dfa(schema, whitespace=r"[ ]*")
+    with pytest.raises(ConstraintError, match="whitespace"):
+        schema_to_dfa(schema, whitespace=r"x?")
+
+
+@pytest.mark.parametrize("schema,keyword", [
+    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+    ({"$dynamicRef": "#x"}, "$dynamicRef"),
+    ({"allOf": [{}], "unevaluatedProperties": False}, "unevaluatedProperties"),
+    ({"$ref": "https://example.com/schema"}, "$ref"),
+    ({"pattern": "\\p{L}"}, "pattern"),
+    ({"type": "strng"}, "type"),
+    ({"multipleOf": 0.123456789}, "multipleOf"),
+])
+def test_unsupported_or_invalid_raise_constraint_error(schema, keyword):
+    with pytest.raises(ConstraintError, match=keyword.replace("$", r"\$")):
+        schema_to_dfa(schema)
+
+
+def test_lenient_ignores_unsupported_keywords():
+    dfa = schema_to_dfa({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, lenient=True)
+    assert dfa.accepts("[1,2]") and not dfa.accepts('["a"]')
+
+
+def test_recursion_is_unrolled_to_the_bound():
+    schema = {"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}}, "$ref": "#/$defs/t"}
+    dfa = schema_to_dfa(schema, max_recursion_depth=3)
+    assert dfa.accepts("[[[]]]") and not dfa.accepts("[[[[]]]]")
+    with pytest.raises(ConstraintError, match="recursion"):
+        schema_to_dfa({"$defs": schema["$defs"], "not": {"$ref": "#/$defs/t"}})
+
+
+def test_uniqueitems_trivial_case_and_strings_json_escaping():
+    assert schema_to_dfa({"type": "array", "uniqueItems": True, "maxItems": 1}).accepts("[1]")
+    dfa = schema_to_dfa({"type": "string"})
+    assert dfa.accepts('"a\\nb"') and not dfa.accepts('"a\nb"') and not dfa.accepts('"a\\qb"')
+
+
+def test_numbers_follow_json_grammar():
+    dfa = schema_to_dfa({"type": "number"})
+    for good in ["0", "-0", "12", "-3.25", "0.5"]:
+        assert dfa.accepts(good), good
+    for bad in ["01", "+1", ".5", "1.", "--1", "1e5", "NaN"]:
+        assert not dfa.accepts(bad), bad
+
+
+def test_state_bound_gives_clear_error(monkeypatch):
+    import sgl_runtime.constrained.json_schema_automata as automata
+
+    monkeypatch.setattr(automata, "MAX_STATES", 50)
+    with pytest.raises(ConstraintError, match="too large"):
+        schema_to_dfa({"type": "string", "maxLength": 137})
