@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
 
 import lark
 import numpy as np
@@ -255,3 +259,28 @@ def test_lark_common_terminals_lookbehind_and_lazy_comments_match_lark():
             checked += 1
     assert checked > 500
     assert c.accepts('"a\\"b" /* x */ 1.5e3 /* y */ name') and not c.accepts('/* a */ */ 1')
+
+
+def test_shipped_grammars_are_installed_as_package_data(tmp_path):
+    """A non-editable install resolves the sgl_runtime/grammars symlink into real files."""
+    repo = GRAMMAR_DIR.parent.parent
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ["pyproject.toml", "README.md"]:
+        if (repo / name).exists():
+            shutil.copy(repo / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ["sgl_lang", "sgl_runtime", "grammars"]:
+        shutil.copytree(repo / name, src / name, symlinks=True, ignore=ignore)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--quiet", "--target", str(target), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    installed = target / "sgl_runtime" / "grammars"
+    assert installed.is_dir() and not installed.is_symlink()
+    assert sorted(p.name for p in installed.glob("*.lark")) == sorted(p.name for p in GRAMMAR_DIR.glob("*.lark"))
+    out = subprocess.run([sys.executable, "-c", "from sgl_runtime.constrained.grammar_source import "
+                          "shipped_grammar_names, grammar_text; print(shipped_grammar_names(), len(grammar_text('json')))"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    assert "['arithmetic', 'json', 'sql']" in out
