@@ -1,0 +1,47 @@
+"""CPU smoke test: each benchmark script runs end to end with --tiny and prints its JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _run(script: str) -> dict:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(BENCH_DIR / script), "--tiny", "--device", "cpu"], cwd=BENCH_DIR,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, proc.stdout
+    return json.loads(lines[0])
+
+
+def test_offline_throughput_tiny():
+    result = _run("offline_throughput.py")
+    assert result["benchmark"] == "offline_throughput" and result["requests"] == 6
+    for key in ("output_tok_s", "total_tok_s", "batch1_decode_tok_s", "prefill_tok_s", "hf_output_tok_s", "ratio_vs_hf"):
+        assert result[key] > 0, key
+    assert 0 < result["gpu_busy_fraction"] <= 1.0
+
+
+def test_shared_prefix_tiny():
+    result = _run("shared_prefix.py")
+    assert result["radix_off"]["cache_hit_rate"] == 0.0
+    assert result["radix_on"]["cache_hit_rate"] > 0.5  # the system prompts are shared within each group
+    assert result["radix_on"]["requests"] == result["radix_off"]["requests"] == 6
+
+
+@pytest.mark.slow
+def test_json_decode_tiny():
+    result = _run("json_decode.py")
+    on, off = result["constrained_jump_forward"], result["constrained_no_jump_forward"]
+    assert on["valid_json"] == on["requests"] and off["valid_json"] == off["requests"]
+    assert on["forward_passes_per_req"] < off["forward_passes_per_req"]  # jump-forward skips forced text
+    assert result["unconstrained"]["tokens_per_req"] == 8
