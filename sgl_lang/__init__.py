@@ -19,8 +19,19 @@ from sgl_lang.interpreter import ProgramError
 from sgl_lang.program_state import ProgramState, ProgramStateGroup
 from sgl_lang.sampling_params import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams
 
+
+
+def __getattr__(name: str):
+    """`sgl_lang.OpenAI` imports the optional openai package only when first used."""
+    if name == "OpenAI":
+        from sgl_lang.backend.openai import OpenAI
+
+        return OpenAI
+    raise AttributeError(f"module 'sgl_lang' has no attribute {name!r}")
+
+
 __all__ = [
-    "Runtime", "RuntimeEndpoint", "BaseBackend", "BackendError", "ProgramError", "ProgramState",
+    "OpenAI", "Runtime", "RuntimeEndpoint", "BaseBackend", "BackendError", "ProgramError", "ProgramState",
     "ProgramStateGroup", "SglFunction", "SglSamplingParams", "function", "gen", "gen_int", "gen_string",
     "select", "system", "user", "assistant", "system_begin", "system_end", "user_begin", "user_end",
     "assistant_begin", "assistant_end", "set_default_backend", "get_default_backend", "flush_cache",

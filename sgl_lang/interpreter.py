@@ -19,6 +19,7 @@ from sgl_lang.ir import (
     SglVarScopeBegin, SglVarScopeEnd, anonymous_name,
 )
 from sgl_lang.sampling_params import SglSamplingParams
+from sgl_lang.speculative import SpeculativeText
 
 _END = object()
 
@@ -35,8 +36,10 @@ class StreamExecutor:
     """Executes the nodes of one program (or one fork branch) sequentially."""
 
     def __init__(self, backend: BaseBackend, default_sampling: SglSamplingParams, stream: bool = False,
-                 chat_template: Optional[ChatTemplate] = None):
+                 chat_template: Optional[ChatTemplate] = None, num_api_spec_tokens: Optional[int] = None):
         self.backend = backend
+        self.num_api_spec_tokens = num_api_spec_tokens
+        self.speculation = SpeculativeText() if num_api_spec_tokens else None
         self.default_sampling = default_sampling
         self.stream = stream
         self.chat_template = chat_template or backend.get_chat_template()
@@ -74,11 +77,15 @@ class StreamExecutor:
         self.queue.join()
 
     def end(self) -> None:
+        """No more nodes: the worker finishes after the queue drains; waits for it."""
+        self.request_end()
+        self.queue.join()
+
+    def request_end(self) -> None:
         """No more nodes: the worker finishes after the queue drains."""
         if not self.end_requested:
             self.end_requested = True
             self.queue.put(_END)
-        self.queue.join()
 
     def end_all(self) -> Optional[BaseException]:
         """End this executor and every fork branch; return the first error among them."""
@@ -102,7 +109,8 @@ class StreamExecutor:
 
     def fork_copy(self) -> "StreamExecutor":
         """A new executor starting from this one's text, messages, role and variables."""
-        child = StreamExecutor(self.backend, self.default_sampling, self.stream, self.chat_template)
+        child = StreamExecutor(self.backend, self.default_sampling, self.stream, self.chat_template,
+                               self.num_api_spec_tokens)
         child.text_, child.messages_ = self.text_, list(self.messages_)
         child.cur_role, child.cur_role_begin_pos = self.cur_role, self.cur_role_begin_pos
         child.variables, child.meta_info = dict(self.variables), dict(self.meta_info)
@@ -131,11 +139,16 @@ class StreamExecutor:
         handler(node)
 
     def _run_ConstantText(self, node: SglConstantText) -> None:
-        self._append(node.value)
+        self._append_constant(node.value)
 
     def _run_Gen(self, node: SglGen) -> None:
         params = self.default_sampling.override(node.sampling_params)
         self.partial_values[node.name] = ""
+        value = self._speculative_value(params)
+        if value is not None:
+            self._append(value, node.name)
+            self._publish(node.name, value, {"speculative": True})
+            return
         if self.stream:
             meta: dict = {}
             for chunk, meta in self.backend.generate_stream(self, params):
@@ -145,6 +158,21 @@ class StreamExecutor:
             value, meta = self.backend.generate(self, params)
             self._append(value, node.name)
         self._publish(node.name, value, meta)
+
+    def _speculative_value(self, params: SglSamplingParams) -> Optional[str]:
+        """The gen's value from over-generated text (one call for several gens), if possible."""
+        spec = self.speculation
+        if spec is None or self.stream or not SpeculativeText.eligible(params):
+            return None
+        value = spec.take(params)
+        if value is None:
+            prediction = self.backend.generate_speculative(self, params, self.num_api_spec_tokens)
+            if prediction is None:
+                return None
+            spec.reset(*prediction)
+            return spec.take(params)
+        spec.filled.append(value)
+        return value
 
     def _run_Select(self, node: SglSelect) -> None:
         decision = self.backend.select(self, list(node.choices), node.temperature, node.choices_method)
@@ -156,7 +184,7 @@ class StreamExecutor:
         prefix, _ = self.chat_template.get_prefix_and_suffix(node.role)
         if not self.messages_ and self.cur_role is None and node.role != "system":
             self._insert_default_system()
-        self._append(prefix)
+        self._append_constant(prefix)
         self.cur_role, self.cur_role_begin_pos = node.role, len(self.text_)
 
     def _run_RoleEnd(self, node: SglRoleEnd) -> None:
@@ -164,7 +192,7 @@ class StreamExecutor:
         content = self.text_[self.cur_role_begin_pos:]
         self.messages_.append({"role": node.role, "content": content})
         self.cur_role = None
-        self._append(suffix)
+        self._append_constant(suffix)
 
     def _run_VarScopeBegin(self, node: SglVarScopeBegin) -> None:
         self.var_scope_begin[node.name] = len(self.text_)
@@ -189,6 +217,11 @@ class StreamExecutor:
 
     def _register(self, name: str) -> threading.Event:
         return self.variable_event.setdefault(name, threading.Event())
+
+    def _append_constant(self, text: str) -> None:
+        if self.speculation is not None:
+            self.speculation.consume_constant(text)
+        self._append(text)
 
     def _append(self, text: str, variable: Optional[str] = None) -> None:
         with self.changed:

@@ -48,7 +48,7 @@ class SglFunction:
         backend = resolve_backend(backend)
         if stream:
             return self._start(backend, sampling, args, arguments, stream=True)
-        state = ProgramState(StreamExecutor(backend, sampling))
+        state = ProgramState(StreamExecutor(backend, sampling, num_api_spec_tokens=self.num_api_spec_tokens))
         try:
             self._body(state, args, arguments, catch=False)
         except ProgramError:
@@ -118,14 +118,14 @@ class SglFunction:
     def _start(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
                stream: bool) -> ProgramState:
         """Run the body on a background thread and return its state at once."""
-        state = ProgramState(StreamExecutor(backend, sampling, stream=stream))
-        thread = threading.Thread(target=self._body, args=(state, args, arguments, True), daemon=True)
-        thread.start()
+        state = ProgramState(StreamExecutor(backend, sampling, stream=stream, num_api_spec_tokens=self.num_api_spec_tokens))
+        state.body_thread = threading.Thread(target=self._body, args=(state, args, arguments, True), daemon=True)
+        state.body_thread.start()
         return state
 
     def _execute(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
                  catch: bool = False) -> ProgramState:
-        state = ProgramState(StreamExecutor(backend, sampling))
+        state = ProgramState(StreamExecutor(backend, sampling, num_api_spec_tokens=self.num_api_spec_tokens))
         self._body(state, args, arguments, catch)
         return state
 

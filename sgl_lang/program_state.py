@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from contextlib import contextmanager
 from typing import Any, AsyncIterator, Iterator, Optional, Union
 
@@ -20,6 +21,10 @@ class ProgramState:
     def __init__(self, stream_executor: StreamExecutor):
         self.stream_executor = stream_executor
         self.ret_value: Any = None
+        self.body_thread: Optional[threading.Thread] = None  # set for stream=True runs
+
+    def __del__(self) -> None:
+        self.stream_executor.request_end()
 
     # Writing
     def __iadd__(self, other: Any) -> "ProgramState":
@@ -82,6 +87,10 @@ class ProgramState:
         return [dict(message) for message in self.stream_executor.messages_]
 
     def sync(self) -> "ProgramState":
+        """Wait for every submitted node (and, for a streaming run, for the program body)."""
+        body = self.body_thread
+        if body is not None and body is not threading.current_thread():
+            body.join()
         self.stream_executor.sync()
         return self
 
