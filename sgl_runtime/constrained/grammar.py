@@ -43,7 +43,7 @@ class GrammarConstraint(Constraint):
 
     def __init__(self, spec: str, vocabulary: Vocabulary, start: str = "start",
                  max_ignore_bytes: int = 32, max_ignored_run: int = 4,
-                 mask_cache_size: int = 1024) -> None:
+                 mask_cache_size: int = 512) -> None:
         self.spec = spec
         self.vocabulary = vocabulary
         self.lark = build_lark(grammar_text(spec), start)

@@ -57,7 +57,7 @@ class TokenTable:
 class Group:
     key: tuple
     rows: np.ndarray
-    offs: np.ndarray
+    offs: Optional[np.ndarray]
     la: Optional[np.ndarray] = None
     packed: Optional[np.ndarray] = None
 
@@ -98,18 +98,20 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
         active = moving
         j += 1
     run = Run(run_id)
-    _group_inside(run, np.concatenate(inside_idx), state, rows, offs, la, table)
+    _group_inside(run, ctx, np.concatenate(inside_idx), state, rows, offs, la, table)
     if close_idx:
         _group_closes(run, np.concatenate(close_idx), np.concatenate(close_type),
                       np.concatenate(close_end), rows, offs, table)
     return run
 
 
-def _group_inside(run: Run, idx, state, rows, offs, la, table: TokenTable) -> None:
+def _group_inside(run: Run, ctx: LexerContext, idx, state, rows, offs, la, table: TokenTable) -> None:
     final = state[idx]
     for s in np.unique(final).tolist():
         sel = idx[final == s]
-        g = Group(("in", s), rows[sel], offs[sel], la[sel])
+        g = Group(("in", s), rows[sel].astype(np.int32), None)
+        if ctx.winner[s] >= 0 and not ctx.at_accept[s]:
+            g.offs, g.la = offs[sel], la[sel]  # kept only where the tail may be lexed again
         if len(sel) >= PACK_THRESHOLD:
             g.packed = table.pack(g.rows)
         run.inside.append((s, g))
