@@ -19,9 +19,12 @@ from bench_utils import (add_common_args, engine_kwargs, environment, make_model
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser)
+    parser.add_argument("--num-groups", type=int, default=None, help="groups of requests (default 64)")
     args = parser.parse_args(argv)
     # groups, requests per group, system prompt, question, output tokens
     args.shape = (2, 3, 48, 8, 4) if args.tiny else (64, 16, 2048, 128, 256)
+    if args.num_groups:
+        args.shape = (args.num_groups, *args.shape[1:])
     return args
 
 

@@ -45,7 +45,7 @@ class TritonAttentionBackend(AttentionBackend):
         # q: [T, H, D]; k, v: [T, Hkv, D] -> [T, H, D]
         layer_id = layer.layer_id
         store_kv(self.kv_pool.get_key_buffer(layer_id), self.kv_pool.get_value_buffer(layer_id),
-                 forward_batch.out_cache_loc, k.contiguous(), v.contiguous())
+                 forward_batch.out_cache_loc, _dense_rows(k), _dense_rows(v))
         if forward_batch.forward_mode.is_decode():
             return self.forward_decode(q, layer, forward_batch)
         return self.forward_extend(q, layer, forward_batch)
@@ -80,3 +80,8 @@ class TritonAttentionBackend(AttentionBackend):
             self.workspace = DecodeWorkspace(max(self.max_batch, q.shape[0]), heads, q.shape[2], q.device)
         assert q.shape[0] <= self.workspace.max_batch, f"decode batch {q.shape[0]} exceeds {self.workspace.max_batch}"
         return self.workspace
+
+
+def _dense_rows(x: torch.Tensor) -> torch.Tensor:
+    """x [T, Hkv, D] with each token's row dense (a strided slice of the fused qkv output is fine)."""
+    return x if x.stride(2) == 1 and x.stride(1) == x.shape[2] else x.contiguous()
