@@ -1,10 +1,12 @@
 """Batched next-token sampling on the logits' device: penalties, constraint masks, temperature,
 top-k / top-p / min-p and per-request seeds.
 
-Sampling uses the exponential-race form of the categorical draw: ``argmax(p / E)`` with
-``E ~ Exp(1)`` picks token i with probability ``p_i``. Requests with a seed draw their
-noise row from their own generator, so a seeded request reproduces regardless of which
-other requests share its batch; the rest share one draw.
+Sampling is inverse-CDF: one uniform number per row against the row's cumulative
+probabilities, so a seeded request draws its number from its own generator and reproduces
+whatever else shares its batch. top-k and min-p are thresholds (top-k through `topk`, never
+a full sort). top-p is exact rejection sampling: a draw is kept when the probability mass
+strictly above it is below top_p; otherwise every token no more likely than the draw is
+dropped (the nucleus is an upper set, so none of them can be in it) and the row draws again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 import torch
 
 from sgl_runtime.penalties import apply_penalties_, mask_stop_tokens_
+
+MAX_TOP_P_ROUNDS = 64
 
 
 class Sampler:
@@ -38,43 +42,74 @@ class Sampler:
         dev = logits.device
         temps = torch.tensor([r.sampling_params.temperature or 1.0 for r in reqs], dtype=torch.float32, device=dev)
         probs = torch.softmax(logits.float() / temps[:, None], dim=-1)  # [B, V]
-        noise = _exponential_noise(probs, reqs)
-        if not any(_needs_filter(r.sampling_params) for r in reqs):
-            return (probs / noise).argmax(dim=-1)
-        probs_sorted, order = probs.sort(dim=-1, descending=True)  # [B, V] each
-        _filter_sorted_probs_(probs_sorted, reqs)
-        noise_sorted = noise.gather(1, order)
-        choice = (probs_sorted / noise_sorted).argmax(dim=-1, keepdim=True)  # [B, 1]
-        return order.gather(1, choice).squeeze(1)
+        allowed = _top_k_min_p(probs, reqs)  # [B, V], probs outside top-k / min-p zeroed
+        tokens = _inverse_cdf(allowed, _uniforms(reqs, dev))
+        top_p_rows = [i for i, r in enumerate(reqs) if r.sampling_params.top_p < 1.0]
+        if top_p_rows:
+            tokens = _reject_outside_top_p(probs, allowed, tokens, top_p_rows, reqs)
+        return tokens
 
 
-def _needs_filter(params) -> bool:
-    return params.top_p < 1.0 or params.top_k > 0 or params.min_p > 0.0
+def _top_k_min_p(probs: torch.Tensor, reqs: Sequence) -> torch.Tensor:
+    vocab = probs.shape[-1]
+    top_k = [r.sampling_params.top_k if 0 < r.sampling_params.top_k < vocab else 0 for r in reqs]
+    min_p = [r.sampling_params.min_p for r in reqs]
+    if not any(top_k) and not any(min_p):
+        return probs
+    dev = probs.device
+    threshold = torch.zeros(len(reqs), dtype=probs.dtype, device=dev)
+    if any(top_k):
+        k = torch.tensor([max(k, 1) for k in top_k], device=dev)
+        values = probs.topk(max(top_k), dim=-1).values  # [B, K] descending
+        kth = values.gather(1, (k - 1)[:, None]).squeeze(1)
+        threshold = torch.where(torch.tensor(top_k, device=dev) > 0, kth, threshold)
+    if any(min_p):
+        floor = probs.max(dim=-1).values * torch.tensor(min_p, dtype=probs.dtype, device=dev)
+        threshold = torch.maximum(threshold, floor)
+    return probs.masked_fill(probs < threshold[:, None], 0.0)
 
 
-def _filter_sorted_probs_(probs_sorted: torch.Tensor, reqs: Sequence) -> None:
-    """Zero the tail outside top-k, outside the top-p nucleus and below min_p * p_max (sorted rows)."""
-    dev = probs_sorted.device
-    vocab = probs_sorted.shape[-1]
-    top_p = torch.tensor([r.sampling_params.top_p for r in reqs], dtype=torch.float32, device=dev)
-    top_k = torch.tensor([r.sampling_params.top_k if r.sampling_params.top_k > 0 else vocab for r in reqs], device=dev)
-    min_p = torch.tensor([r.sampling_params.min_p for r in reqs], dtype=torch.float32, device=dev)
-    cumulative = probs_sorted.cumsum(dim=-1)
-    outside_p = (cumulative - probs_sorted) > top_p[:, None]
-    outside_k = torch.arange(vocab, device=dev)[None, :] >= top_k[:, None]
-    below_min_p = probs_sorted < (probs_sorted[:, :1] * min_p[:, None])
-    probs_sorted.masked_fill_(outside_p | outside_k | below_min_p, 0.0)
-
-
-def _exponential_noise(probs: torch.Tensor, reqs: Sequence) -> torch.Tensor:
-    noise = torch.empty_like(probs).exponential_()
+def _uniforms(reqs: Sequence, device) -> torch.Tensor:
+    """One U[0, 1) number per row; seeded requests draw theirs from their own generator."""
+    u = torch.rand(len(reqs), device=device)
     for i, req in enumerate(reqs):
         if req.sampling_params.seed is None:
             continue
-        if req.generator is None or req.generator.device != probs.device:
-            req.generator = torch.Generator(device=probs.device).manual_seed(req.sampling_params.seed + req.index)
-        noise[i].exponential_(generator=req.generator)
-    return noise
+        if req.generator is None or req.generator.device != u.device:
+            req.generator = torch.Generator(device=u.device).manual_seed(req.sampling_params.seed + req.index)
+        u[i] = torch.rand(1, generator=req.generator, device=u.device)[0]
+    return u
+
+
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Row-wise draw proportional to `weights` [B, V] (unnormalised, >= 0) with uniforms u [B]."""
+    cdf = weights.double().cumsum(dim=-1)  # [B, V]
+    target = (u.double() * cdf[:, -1])[:, None]
+    tokens = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=weights.shape[-1] - 1)
+    bad = weights.gather(1, tokens[:, None]).squeeze(1) <= 0  # float round-off at the very end
+    return torch.where(bad, weights.argmax(dim=-1), tokens)
+
+
+def _reject_outside_top_p(probs, allowed, tokens, rows: list[int], reqs: Sequence) -> torch.Tensor:
+    dev = probs.device
+    index = torch.tensor(rows, dtype=torch.int64, device=dev)
+    top_p = torch.tensor([reqs[i].sampling_params.top_p for i in rows], dtype=probs.dtype, device=dev)
+    p_rows, work, drawn = probs[index], allowed[index].clone(), tokens[index]
+    sub_reqs = [reqs[i] for i in rows]
+    for _ in range(MAX_TOP_P_ROUNDS):
+        p_drawn = p_rows.gather(1, drawn[:, None])  # [R, 1]
+        above = p_rows > p_drawn
+        rejected = (p_rows * above).sum(dim=-1) >= top_p  # [R]
+        if not bool(rejected.any()):
+            break
+        work = torch.where(rejected[:, None] & ~above, torch.zeros_like(work), work)
+        again = [j for j, r in enumerate(rejected.tolist()) if r]  # only they draw (seeded streams stay aligned)
+        again_index = torch.tensor(again, dtype=torch.int64, device=dev)
+        drawn = drawn.clone()
+        drawn[again_index] = _inverse_cdf(work[again_index], _uniforms([sub_reqs[j] for j in again], dev))
+    tokens = tokens.clone()
+    tokens[index] = drawn
+    return tokens
 
 
 def apply_constraints_(logits: torch.Tensor, reqs: Sequence) -> None:

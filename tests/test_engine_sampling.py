@@ -119,3 +119,29 @@ def test_top_k_restricts_the_support():
     reqs = [_FakeReq([], temperature=1.0, top_k=2) for _ in range(64)]
     drawn = set(Sampler()(logits.clone(), reqs).tolist())
     assert drawn == {0, 1}
+
+
+def _empirical(logits_row: list[float], n: int, **params) -> torch.Tensor:
+    logits = torch.tensor([logits_row]).repeat(n, 1)
+    reqs = [_FakeReq([], **params) for _ in range(n)]
+    drawn = Sampler()(logits, reqs)
+    return torch.bincount(drawn, minlength=len(logits_row)).float() / n
+
+
+def _truncated(probs: torch.Tensor, keep: list[int]) -> torch.Tensor:
+    out = torch.zeros_like(probs)
+    out[keep] = probs[keep]
+    return out / out.sum()
+
+
+def test_top_p_top_k_min_p_sample_the_exact_truncated_distribution():
+    torch.manual_seed(0)
+    row = [2.0, 1.5, 1.0, 0.5, 0.0, -1.0]
+    probs = torch.softmax(torch.tensor(row), -1)  # 0.42, 0.25, 0.15, 0.09, 0.06, 0.02
+    n = 20000
+    # top_p 0.7: mass above token 2 is 0.67 < 0.7 (kept), above token 3 is 0.83 (dropped).
+    assert torch.allclose(_empirical(row, n, top_p=0.7), _truncated(probs, [0, 1, 2]), atol=0.015)
+    assert torch.allclose(_empirical(row, n, top_k=2), _truncated(probs, [0, 1]), atol=0.015)
+    assert torch.allclose(_empirical(row, n, min_p=0.3), _truncated(probs, [0, 1, 2]), atol=0.015)
+    assert torch.allclose(_empirical(row, n, top_p=0.9, top_k=3), _truncated(probs, [0, 1, 2]), atol=0.015)
+    assert torch.allclose(_empirical(row, n), probs, atol=0.015)
