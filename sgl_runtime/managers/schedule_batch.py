@@ -10,7 +10,6 @@ batch runs in DECODE mode, otherwise in EXTEND mode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
