@@ -50,7 +50,7 @@ class ByteDFA:
         except re.error as exc:
             raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm()
+            fsm = interegular.parse_pattern(_unicode_escapes_to_literals(pattern)).to_fsm()
         except (interegular.Unsupported, interegular.InvalidSyntax, NotImplementedError, ValueError) as exc:
             raise ConstraintError(f"unsupported regex {pattern!r}: {exc or type(exc).__name__}") from None
         return cls.from_fsm(fsm, max_states=max_states)
@@ -145,7 +145,7 @@ class ByteDFA:
             return self
         _, class_cols = np.unique(self.transitions, axis=1, return_index=True)
         table = self.transitions[:, np.sort(class_cols)]  # [n, n_byte_classes]
-        block = self.accepting.astype(np.int64)
+        block = np.unique(self.accepting.astype(np.int64), return_inverse=True)[1].reshape(-1)
         while True:
             targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
             signature = np.concatenate([block[:, None], targets], axis=1)
@@ -159,6 +159,21 @@ class ByteDFA:
         first = np.unique(block, return_index=True)[1]  # a representative per block
         merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
         return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
+
+
+_UNICODE_ESCAPE = re.compile(r"(\\\\)|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+
+
+def _unicode_escapes_to_literals(pattern: str) -> str:
+    """\\uXXXX and \\UXXXXXXXX (which interegular lacks) as the characters they name."""
+
+    def literal(match: "re.Match[str]") -> str:
+        if match.group(1):
+            return match.group(1)
+        char = chr(int(match.group(2) or match.group(3), 16))
+        return re.escape(char) if char.isprintable() or char in "\t\n" else char
+
+    return _UNICODE_ESCAPE.sub(literal, pattern)
 
 
 def _closure(start: np.ndarray, table: np.ndarray, n: int) -> np.ndarray:
