@@ -11,7 +11,7 @@ import sgl_lang as sgl
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLES = ["quick_start.py", "json_decode.py", "fork_join.py", "select_classification.py", "run_batch.py",
-            "streaming.py"]
+            "streaming.py", "openai_backend.py"]
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,8 @@ def scripted_url():
 
 def character(header: str):
     def body(s):
-        s += header + "\nName: " + sgl.gen("name", stop="\n", max_tokens=8) + "\nBirthday: " + sgl.gen("bday", stop="\n", max_tokens=8)
+        s += header + "\nName: " + sgl.gen("name", stop="\n", max_tokens=8)
+        s += "\nBirthday: " + sgl.gen("bday", stop="\n", max_tokens=8)
         s += "\nJob: " + sgl.gen("job", stop="\n", max_tokens=8)
 
     return body
