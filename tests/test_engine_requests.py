@@ -123,3 +123,15 @@ def test_a_failing_batch_fails_its_requests_and_the_scheduler_keeps_serving(engi
     assert scheduler.kv_available_size() + scheduler.tree_cache.evictable_size() == scheduler.max_total_num_tokens
     r = engine.generate(input_ids=b, sampling_params={"max_new_tokens": 3, "ignore_eos": True})
     assert r["meta_info"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "dfs-weight", "random"])
+def test_every_policy_and_a_running_cap_give_the_same_greedy_output(engine, policy):
+    base = random_prompts((20,), seed=34)[0]
+    prompts = [base + tail for tail in random_prompts((2, 5, 1, 7), seed=35)] + random_prompts((6,), seed=36)
+    params = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
+    expected = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
+    other = Engine(engine.server_args.model_path, device="cpu", max_total_tokens=256, schedule_policy=policy,
+                   max_running_requests=2)
+    assert [r["output_ids"] for r in other.generate(input_ids=prompts, sampling_params=params)] == expected
+    assert other.get_stats()["cache_hit_rate"] > 0
