@@ -206,8 +206,16 @@ def test_bad_grammars_raise_constraint_error_with_lark_message():
         compile_grammar("nosuch", make_vocab(['x']))
     with pytest.raises(ConstraintError, match="unknown grammar option"):
         compile_grammar("json", make_vocab(['x']), bogus=1)
-    with pytest.raises(ConstraintError, match="ABC"):
+    with pytest.raises(ConstraintError, match="ABC.*lookaround"):
         compile_grammar('start: ABC\nABC: /(?<=a)b/\n', make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="B: lookaround"):
+        compile_grammar('start: A B\nA: "a"\nB: /b(?=c)/\n', make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="zero-width"):
+        compile_grammar('start: A\nA: /a*/\n', make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="without a pattern"):
+        compile_grammar('start: A\n%declare A\n', make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="non-empty string"):
+        compile_grammar("", make_vocab(['x']))
 
 
 def test_shipped_grammars_by_name_and_file_name():

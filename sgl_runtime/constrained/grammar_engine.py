@@ -16,6 +16,7 @@ ignored terminal, as in the shipped grammars); the tests check it against lark.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -24,7 +25,7 @@ from lark.lexer import UnlessCallback
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar_parser import LalrStacks
-from sgl_runtime.constrained.grammar_slots import build_slot
+from sgl_runtime.constrained.grammar_slots import build_slot, terminal_dfa
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,18 @@ class GrammarEngine:
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
         self.poison = len(self.type_names)
         self.ignored_types = {self.type_index[n] for n in parser.ignore_tokens}
+        missing = sorted({t for row in self.parser.states.values() for t in row
+                          if t.isupper() and t != "$END" and t not in self.type_index})
+        if missing:
+            raise ConstraintError(f"unsupported lark grammar: terminals without a pattern {missing} "
+                                  "(%declare'd terminals need a postlexer, which constraints cannot run)")
         self.max_ignore_bytes = max_ignore_bytes
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
         self._contexts: dict[int, LexerContext] = {}
         self._dfa_cache: dict = {}
         self._allowed: dict = {}
+        self._validate()
         self.initial = GrammarState(self.parser.initial, 0, self.context(self.parser.initial).initial, b"")
 
     # ---- contexts and parser ----------------------------------------------------------------
@@ -155,6 +162,16 @@ class GrammarEngine:
         if state.tail:
             nxt = self.feed(nxt, state.tail)
         return nxt is not None and then(nxt)
+
+    def _validate(self) -> None:
+        """Fail at compile time, not at a later mask, on terminals the engine cannot run."""
+        for terminal in self.lark.terminals:
+            terminal_dfa(terminal, self._dfa_cache)
+        for basic in {id(b): b for b in self._lexers.values()}.values():
+            try:
+                basic.scanner
+            except re.error as exc:
+                raise ConstraintError(f"invalid lark grammar: a terminal regex breaks lark's scanner: {exc}") from None
 
     def _build_context(self, basic) -> LexerContext:
         scanner = basic.scanner  # builds lark's scanner order and UnlessCallbacks

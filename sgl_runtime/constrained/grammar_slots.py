@@ -52,11 +52,14 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
     if dfa is None:
         pattern = terminal.pattern.to_regexp()
         pattern = _EQUIVALENTS.get(pattern, pattern)
+        if _has_op(pattern, _UNSUPPORTED_OPS):
+            raise ConstraintError(f"grammar terminal {terminal.name}: lookaround assertions, anchors "
+                                  f"and backreferences are not supported in terminals ({pattern!r})")
         try:
             dfa = ByteDFA.from_regex(pattern)
         except ConstraintError as exc:
             raise ConstraintError(f"grammar terminal {terminal.name}: {exc}") from None
-        if _is_lazy(pattern):
+        if _has_op(pattern, {sre_constants.MIN_REPEAT}):
             trans = dfa.transitions.copy()
             trans[dfa.accepting] = -1  # stop at the first accepting position
             dfa = ByteDFA(trans, dfa.initial, dfa.accepting)
@@ -64,19 +67,23 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
     return dfa
 
 
-def _is_lazy(pattern: str) -> bool:
-    """Whether the regex has a lazy (non-greedy) quantifier."""
+_UNSUPPORTED_OPS = {sre_constants.ASSERT, sre_constants.ASSERT_NOT, sre_constants.AT,
+                    sre_constants.GROUPREF, sre_constants.GROUPREF_EXISTS}
+
+
+def _has_op(pattern: str, ops: set) -> bool:
+    """Whether the regex's parse tree uses one of `ops` (e.g. MIN_REPEAT: a lazy quantifier)."""
     try:
-        return _has_min_repeat(sre_parse.parse(pattern))
+        return _tree_has(sre_parse.parse(pattern), ops)
     except re.error:
         return False
 
 
-def _has_min_repeat(node) -> bool:
+def _tree_has(node, ops: set) -> bool:
     if isinstance(node, sre_parse.SubPattern):
-        return any(op == sre_constants.MIN_REPEAT or _has_min_repeat(av) for op, av in node.data)
+        return any(op in ops or _tree_has(av, ops) for op, av in node.data)
     if isinstance(node, (list, tuple)):
-        return any(_has_min_repeat(x) for x in node)
+        return any(_tree_has(x, ops) for x in node)
     return False
 
 
