@@ -28,13 +28,12 @@ def function(func: Optional[Callable] = None, num_api_spec_tokens: Optional[int]
 def gen(name: Optional[str] = None, *, choices: Optional[list] = None,
         choices_method: Optional[ChoicesSamplingMethod] = None, **params: Any):
     """Generate text into variable `name`. With `choices=`, this is `select`."""
-    if choices is not None:
-        temperature = params.pop("temperature", None)
-        if params:
-            raise TypeError(f"gen with choices= takes only temperature and choices_method, got {', '.join(params)}")
+    sampling_params = SglSamplingParams.from_kwargs(**params)  # unknown keywords raise even with choices
+    if choices is not None:  # other sampling parameters do not apply to scoring, as in SGLang
+        temperature = sampling_params.temperature
         return select(name, choices, 0.0 if temperature is None else temperature,
                       choices_method or token_length_normalized)
-    return SglGen(name, SglSamplingParams.from_kwargs(**params))
+    return SglGen(name, sampling_params)
 
 
 def gen_int(name: Optional[str] = None, **params: Any) -> SglGen:

@@ -24,7 +24,9 @@ class ProgramState:
         self.body_thread: Optional[threading.Thread] = None  # set for stream=True runs
 
     def __del__(self) -> None:
-        self.stream_executor.request_end()
+        executor = getattr(self, "stream_executor", None)
+        if executor is not None:
+            executor.request_end()
 
     # Writing
     def __iadd__(self, other: Any) -> "ProgramState":

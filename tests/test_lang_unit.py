@@ -11,7 +11,7 @@ import sgl_lang as sgl
 from sgl_lang.backend.base import BackendError, BaseBackend
 from sgl_lang.backend.runtime_endpoint import choice_token_logprobs
 from sgl_lang.chat_template import PLAIN_TEMPLATE, chat_template_from_jinja
-from sgl_lang.choices import ChoicesDecision
+from sgl_lang.ir import SglSelect
 
 CHATML = (
     "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe nice.<|im_end|>\n{% endif %}"
@@ -362,3 +362,42 @@ def test_unknown_variable_and_default_backend(backend):
 def test_import_does_not_pull_torch_or_runtime():
     code = "import sgl_lang, sys; assert 'torch' not in sys.modules and 'sgl_runtime' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_speculative_text_cuts_at_stop_token_limit_and_eos():
+    from sgl_lang.speculative import SpeculativeText
+
+    params = sgl.SglSamplingParams(stop="\n", max_new_tokens=4)
+    spec = SpeculativeText()
+    spec.reset("ab\nX: cdef\nrest", token_offsets=list(range(15)))
+    assert spec.take(params) == "ab"
+    spec.consume_constant("\nX: ")
+    assert spec.take(params) == "cdef"  # stop at 4 chars, equal to the 4-token limit
+    spec.consume_constant("\nY: ")  # mismatch: "\nrest" does not start with it
+    assert spec.text == "" and spec.take(params) is None
+    spec.reset("abcdefgh\n", token_offsets=[0, 2, 4, 6, 8])
+    assert spec.take(params) == "abcdefgh"  # the 4-token cap falls on the stop itself
+    spec.reset("abcdefghij", token_offsets=[0, 2, 4, 6, 8])
+    assert spec.take(sgl.SglSamplingParams(stop="\n", max_new_tokens=2)) == "abcd"
+    spec.reset("tail", ends_at_eos=True)
+    assert spec.take(sgl.SglSamplingParams(stop="\n")) == "tail"  # the model stopped by itself
+    spec.reset("no stop here")
+    assert spec.take(sgl.SglSamplingParams(stop="\n")) is None  # cannot know where it ends
+    assert not SpeculativeText.eligible(sgl.SglSamplingParams(stop="\n", regex="a+"))
+    assert not SpeculativeText.eligible(sgl.SglSamplingParams())
+
+
+def test_speculation_on_a_backend_without_it_makes_plain_calls(backend):
+    @sgl.function(num_api_spec_tokens=16)
+    def prog(s):
+        s += "A" + sgl.gen("x", stop="\n") + "B" + sgl.gen("y", stop="\n")
+
+    state = prog.run(backend=backend)
+    assert state.text() == "A<1>B<2>" and len(backend.calls) == 2
+
+
+def test_gen_with_choices_ignores_other_sampling_params_but_checks_names(backend):
+    node = sgl.gen("c", choices=["a", "b"], max_tokens=5, temperature=0)
+    assert isinstance(node, SglSelect) and node.choices == ["a", "b"] and node.temperature == 0
+    with pytest.raises(TypeError, match="unknown sampling parameter"):
+        sgl.gen("c", choices=["a"], max_tokenz=5)
