@@ -105,13 +105,10 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
 async def _answer(tm: TokenizerManager, obj: GenerateReqInput, request: Request) -> Any:
     if not obj.stream:
         return await _first(tm.generate(obj, request))
-    chunks = tm.generate(obj, None)
-    first = await chunks.__anext__()  # validation errors surface here, before the 200 starts
+    first, chunks = await tm.open_stream(obj)  # errors before the first output are a 400
 
     async def events() -> AsyncIterator[str]:
         yield sse_event(first)
-        if "error" in first:
-            return
         async for chunk in chunks:
             yield sse_event(chunk)
             if "error" in chunk:

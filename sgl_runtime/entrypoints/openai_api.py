@@ -155,8 +155,7 @@ async def _collect(tm, obj: GenerateReqInput, request: Request) -> list[dict]:
 
 
 async def _stream(tm, obj: GenerateReqInput, builder: StreamBuilder, include_usage: bool) -> StreamingResponse:
-    chunks = tm.generate(obj, None)
-    first = await chunks.__anext__()  # validation errors surface here, before the 200 starts
+    first, chunks = await tm.open_stream(obj)  # errors before the first output are a 400
 
     async def events() -> AsyncIterator[str]:
         async for chunk in _prepend(first, chunks):

@@ -112,6 +112,16 @@ class TokenizerManager:
                     self.abort(state.rid)
                 self.states.pop(state.rid, None)
 
+    async def open_stream(self, obj: GenerateReqInput) -> tuple[dict, AsyncIterator[dict]]:
+        """Start a streaming generate and return its first chunk and the rest; a request that
+        fails before producing anything raises InvalidRequestError (a 400, not a 200 stream)."""
+        chunks = self.generate(obj, None)
+        first = await chunks.__anext__()
+        if "error" in first:
+            await chunks.aclose()
+            raise InvalidRequestError(first["error"]["message"])
+        return first, chunks
+
     def abort(self, rid: str) -> None:
         self._to_scheduler.send_pyobj(AbortReq(rid=rid))
 
