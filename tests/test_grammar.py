@@ -292,3 +292,13 @@ def test_shipped_grammars_are_installed_as_package_data(tmp_path):
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
                          check=True, capture_output=True, text=True, timeout=120).stdout
     assert "['arithmetic', 'json', 'sql']" in out
+
+
+def test_unicode_class_escapes_match_python_re():
+    g = 'start: WORD (" " WORD)*\nWORD: /\\w+/\n'
+    c = compile_grammar(g, make_vocab(['x']))
+    parser = lark.Lark(g, parser="lalr")
+    for text in ["caf\u00e9 \u4e2d\u6587", "a_1 \u0663\u0664", "a-b", "a  b", "\u00e9"]:
+        assert c.accepts(text) == lark_parses(parser, text), text
+    digits = compile_grammar('start: /[\\d.]+/ /\\s/ /\\S/\n', make_vocab(['x']))
+    assert digits.accepts("\u0663.5\u2003x") and not digits.accepts("a.5 x")

@@ -25,6 +25,7 @@ import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar_unicode import unicode_classes
 
 
 @dataclass
@@ -56,7 +57,7 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
             raise ConstraintError(f"grammar terminal {terminal.name}: lookaround assertions, anchors "
                                   f"and backreferences are not supported in terminals ({pattern!r})")
         try:
-            dfa = ByteDFA.from_regex(pattern)
+            dfa = ByteDFA.from_regex(unicode_classes(pattern))
         except ConstraintError as exc:
             raise ConstraintError(f"grammar terminal {terminal.name}: {exc}") from None
         if _has_op(pattern, {sre_constants.MIN_REPEAT}):
