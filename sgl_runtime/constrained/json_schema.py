@@ -117,7 +117,7 @@ class _Compiler:
 
     def _compile(self, schema: dict, level: int, mode: int) -> Dfa:
         self._check_unsupported(schema)
-        if "allOf" in schema or ("$ref" in schema and any(k in schema for k in TYPE_KEYWORDS["object"])):
+        if _contributors(schema) >= 2:
             mode = max(mode, FREE_ORDER)  # several schemas constrain the same object's keys
         parts = [self._values(schema, level, mode)]
         parts += [self.compile(s, level, mode) for s in _schema_list(schema, "allOf")]
@@ -133,6 +133,8 @@ class _Compiler:
             parts.append(self._ref(schema, level, mode))
         if "dependentSchemas" in schema:
             parts.append(self._dependent_schemas(schema["dependentSchemas"], level, mode))
+        free = self.any(level)  # depth-bounded: only for values nothing else constrains
+        parts = [p for p in parts if p is not free] or [free]
         parts.sort(key=lambda d: d.num_states)
         result = parts[0]
         for part in parts[1:]:
@@ -257,6 +259,14 @@ class _Compiler:
                 self.ref_counts[key] = depth
             else:
                 del self.ref_counts[key]
+
+
+def _contributors(schema: dict) -> int:
+    """How many subschemas (own keywords included) may constrain the same object's key order."""
+    own = any(k in schema for k in TYPE_KEYWORDS["object"])
+    applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "dependentSchemas"))
+    all_of = schema.get("allOf")
+    return own + applicators + (len(all_of) if isinstance(all_of, list) else 0)
 
 
 def _schema_list(schema: dict, keyword: str) -> list:

@@ -1,0 +1,45 @@
+"""The realistic schemas in benchmarks/schemas/ all compile, accept their `examples`, and every
+string sampled from their automata is valid under jsonschema."""
+
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from sgl_runtime.constrained.json_schema import schema_to_dfa
+from sgl_runtime.constrained.json_schema_automata import sample
+from sgl_runtime.constrained.json_schema_serialize import compact_json
+
+def _parse_float(text: str):
+    """Integral decimals (e.g. 300.000) become exact ints, as JSON Schema treats them as integers."""
+    value = Decimal(text)
+    return int(value) if value == value.to_integral_value() else float(text)
+
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "benchmarks/schemas"
+SCHEMAS = sorted(SCHEMA_DIR.glob("*.json"))
+
+
+def test_at_least_fifty_realistic_schemas():
+    assert len(SCHEMAS) >= 50
+    kinds = {p.name.split("_")[0] for p in SCHEMAS}
+    assert kinds == {"fn", "api", "config"}
+
+
+@pytest.mark.parametrize("path", SCHEMAS, ids=[p.stem for p in SCHEMAS])
+def test_schema_compiles_and_accepts_its_examples(path):
+    schema = json.loads(path.read_text())
+    examples = schema.get("examples")
+    assert examples, f"{path.name} needs an `examples` entry"
+    dfa = schema_to_dfa(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for example in examples:
+        validator.validate(example)
+        assert dfa.accepts(compact_json(example, schema)), path.name
+    rng = random.Random(path.name)
+    for _ in range(5):
+        text = sample(dfa, rng, max_len=400)
+        assert validator.is_valid(json.loads(text, parse_float=_parse_float)), (path.name, text)
