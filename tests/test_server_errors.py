@@ -39,6 +39,7 @@ BAD_REQUESTS = [
                               "regex": "[z-a]"}, 400, ["regex"]),
     ("/generate", {"text": "x", "sampling_params": {"regex": "a", "choices": ["b"]}}, 400, ["one constraint"]),
     ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, 400, ["sampling_params", "2"]),
+    ("/generate", {"text": ["a", "b"], "rid": ["same", "same"]}, 400, ["rid", "distinct"]),
     ("/v1/completions", '{"prompt": ', 400, ["json"]),
     ("/v1/completions", {"prompt": "x", "max_tokens": "many"}, 400, ["max_tokens"]),
     ("/v1/completions", {"prompt": "x", "unknown_field": 1}, 400, ["unknown_field"]),

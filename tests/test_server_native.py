@@ -61,6 +61,15 @@ def test_generate_n_samples(server):
     assert len(outs) == 3 and all(o["meta_info"]["completion_tokens"] == 3 for o in outs)
 
 
+def test_stream_batch_and_n_carry_index(server):
+    body = {"text": ["first", "second"], "stream": True, "sampling_params": {"max_new_tokens": 3, "n": 2}}
+    with requests.post(f"{server.url}/generate", json=body, stream=True, timeout=120) as r:
+        chunks = sse_chunks(r)
+    finals = {c["index"]: c for c in chunks if c["meta_info"]["finish_reason"] is not None}
+    assert sorted(finals) == [0, 1, 2, 3]
+    assert all(len(c["output_ids"]) == 3 for c in finals.values())
+
+
 def test_generate_stream(server):
     body = {"text": "Stream me", "sampling_params": {"max_new_tokens": 5, "temperature": 0}, "stream": True}
     with requests.post(f"{server.url}/generate", json=body, stream=True, timeout=120) as r:

@@ -87,6 +87,8 @@ class TokenizerManager:
         """Yield the answer: one dict (or list of dicts for a batch or n > 1); when streaming,
         one cumulative dict per update (with "index" when there are several requests)."""
         singles, is_batch = split_generate_request(obj)
+        if len({single.rid for single in singles}) < len(singles):
+            raise InvalidRequestError("rid: the ids of a batch must be distinct")
         prepared = [await self._prepare(single) for single in singles]
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
@@ -204,6 +206,8 @@ class TokenizerManager:
             async for _ in self._updates([state], state.updates, request):
                 pass
         finally:
+            if not state.finished:
+                self.abort(state.rid)
             self.states.pop(state.rid, None)
 
     def _register(self, tokenized: TokenizedGenerateReqInput, single: Optional[SingleRequest],
