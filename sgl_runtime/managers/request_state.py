@@ -63,6 +63,13 @@ class ReqState:
         self.version += 1
         self.updates.put_nowait(self)
 
+    def fail(self, message: str) -> None:
+        """End the request with an error (its client gets it)."""
+        self.error = message
+        self.finished_reason = {"type": "abort", "message": message}
+        self.version += 1
+        self.updates.put_nowait(self)
+
     def e2e_latency(self) -> float:
         return time.perf_counter() - self.created
 

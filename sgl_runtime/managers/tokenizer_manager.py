@@ -69,10 +69,7 @@ class TokenizerManager:
                 for out in message.outputs:
                     state = self.states.get(out.rid)
                     if state is not None:
-                        had_output = state.first_output_time is not None
-                        state.apply(out)
-                        if self.metrics is not None:
-                            self.metrics.observe(state, first_output=not had_output and state.first_output_time is not None)
+                        self._apply_output(state, out)
             elif type(message) in self._pending_control:
                 waiters = self._pending_control[type(message)]
                 if waiters:
@@ -81,6 +78,18 @@ class TokenizerManager:
                         future.set_result(message)
             else:
                 logger.warning("unexpected message from the detokenizer: %r", type(message).__name__)
+
+    def _apply_output(self, state: ReqState, out) -> None:
+        """Merge one output into its request; a failure here fails that request, not the loop."""
+        had_output = state.first_output_time is not None
+        try:
+            state.apply(out)
+            if self.metrics is not None:
+                self.metrics.observe(state, first_output=not had_output and state.first_output_time is not None)
+        except Exception as exc:  # a bug must reach the client as an error, not hang it
+            logger.exception("cannot process the output of request %s", state.rid)
+            state.fail(f"internal error while processing the output: {type(exc).__name__}: {exc}")
+            self.abort(state.rid)
 
     # ---------------------------------------------------------------- generation
     async def generate(self, obj: GenerateReqInput, request: Any = None) -> AsyncIterator[Any]:
@@ -161,7 +170,8 @@ class TokenizerManager:
             raise InvalidRequestError("the prompt is empty (0 tokens)")
         bad = [t for t in input_ids if not 0 <= t < self.model_info.vocab_size]
         if bad:
-            raise InvalidRequestError(f"input_ids: token id {bad[0]} is outside the vocabulary [0, {self.model_info.vocab_size})")
+            raise InvalidRequestError(
+                f"input_ids: token id {bad[0]} is outside the vocabulary [0, {self.model_info.vocab_size})")
         if len(input_ids) >= limit:
             raise InvalidRequestError(f"the prompt has {len(input_ids)} tokens, the model's context length is {limit}")
         if len(input_ids) + params.max_new_tokens > limit:
@@ -263,7 +273,8 @@ class TokenizerManager:
         from sgl_runtime.tokenizer_utils import get_chat_template
 
         if not get_chat_template(self.tokenizer):
-            raise InvalidRequestError("this model's tokenizer has no chat template; start the server with --chat-template")
+            raise InvalidRequestError(
+                "this model's tokenizer has no chat template; start the server with --chat-template")
         try:
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # jinja2 errors (e.g. raise_exception in the template)
