@@ -50,8 +50,10 @@ class DecodeWorkspace:
 
 def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
                      req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                     workspace: DecodeWorkspace, num_splits: int, scale: float) -> None:
-    """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device."""
+                     workspace: DecodeWorkspace, num_splits: int, scale: float, block_n: int = BLOCK_N,
+                     num_warps: int = 4, num_stages: int = 2) -> None:
+    """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device.
+    block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them)."""
     batch, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
     assert o.shape == q.shape and q.stride(2) == 1 and o.stride(2) == 1, (q.shape, o.shape)
@@ -70,8 +72,8 @@ def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
         scale * LOG2E, q.stride(0), q.stride(1), req_to_token.stride(0), num_splits,
         mid_out.stride(0), mid_out.stride(1), mid_out.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), KV_HEADS=kv_heads, D=dim, BLOCK_N=BLOCK_N,
-        num_warps=4, num_stages=2,
+        GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), KV_HEADS=kv_heads, D=dim, BLOCK_N=block_n,
+        num_warps=num_warps, num_stages=num_stages,
     )
     stage2[(batch, heads)](
         mid_out, mid_lse, o, seq_lens, num_splits, mid_out.stride(0), mid_out.stride(1), mid_out.stride(2),

@@ -41,8 +41,9 @@ def extend_attention_torch(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: to
 def extend_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
                      req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                      extend_lens: torch.Tensor, extend_start_loc: torch.Tensor, max_extend_len: int,
-                     scale: float) -> None:
-    """Triton launch: writes o [T, H, D]. Metadata tensors are [B] int on q's device; max_extend_len is a host int."""
+                     scale: float, config: tuple[int, int, int, int] | None = None) -> None:
+    """Triton launch: writes o [T, H, D]. Metadata tensors are [B] int on q's device; max_extend_len is a host int.
+    config = (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides the per-head-dim default."""
     num_tokens, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
     batch = req_pool_indices.shape[0]
@@ -50,7 +51,7 @@ def extend_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
     assert seq_lens.shape == extend_lens.shape == extend_start_loc.shape == (batch,)
     if num_tokens == 0 or batch == 0:
         return
-    block_m, block_n, warps, stages = _config(dim)
+    block_m, block_n, warps, stages = config or _config(dim)
     grid = (batch, heads, math.ceil(max_extend_len / block_m))
     _kernel()[grid](
         q, o, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_lens, extend_start_loc,
