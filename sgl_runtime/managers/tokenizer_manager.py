@@ -98,7 +98,10 @@ class TokenizerManager:
         singles, is_batch = split_generate_request(obj)
         if len({single.rid for single in singles}) < len(singles):
             raise InvalidRequestError("rid: the ids of a batch must be distinct")
-        prepared = [await self._prepare(single) for single in singles]
+        prepared = [self._prepare(single) for single in singles]
+        # Constraints are compiled here (a bad one is a 400) while the scheduler, which compiles
+        # them too before scheduling the request, already has it: the two compiles overlap.
+        checks = asyncio.gather(*(self._check_constraint(t.sampling_params) for t in prepared))
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
         try:
@@ -106,6 +109,7 @@ class TokenizerManager:
                 await self._warm_prefix_for_n(tokenized, updates, request)
                 for copy in _expand_n(tokenized):
                     states.append(self._register(copy, single, updates, len(states)))
+            await checks
             multi = is_batch or len(states) > 1
             if obj.stream:
                 async for state in self._updates(states, updates, request):
@@ -118,6 +122,10 @@ class TokenizerManager:
                 results = [state.response() for state in states]
                 yield results if multi else results[0]
         finally:
+            if not checks.done():
+                checks.cancel()
+            elif not checks.cancelled():
+                checks.exception()  # retrieved (it may be the error being raised)
             for state in states:
                 if not state.finished:
                     self.abort(state.rid)
@@ -143,7 +151,7 @@ class TokenizerManager:
             self.abort(r)
         return len(rids)
 
-    async def _prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
+    def _prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
         """Tokenize and validate one request; raise InvalidRequestError naming the problem."""
         params = SamplingParams.from_dict(single.sampling_params)
         if single.text is not None:
@@ -153,7 +161,6 @@ class TokenizerManager:
         else:
             input_ids = single.input_ids
         self._check_prompt(input_ids, params)
-        await self._check_constraint(params)
         if single.rid in self.states:
             raise InvalidRequestError(f"rid: a request with id {single.rid!r} is already running")
         start = single.logprob_start_len
@@ -187,7 +194,8 @@ class TokenizerManager:
 
         kind, spec = params.constraint
         try:
-            await asyncio.wrap_future(self._constraints().submit(kind, spec))
+            # shield: cancelling this wait must not cancel the cache's shared future
+            await asyncio.shield(asyncio.wrap_future(self._constraints().submit(kind, spec)))
         except ConstraintError as exc:
             field = {"grammar": "ebnf"}.get(kind, kind)
             raise InvalidRequestError(f"sampling_params.{field}: {exc}") from exc
