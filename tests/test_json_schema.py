@@ -15,7 +15,7 @@ import pytest
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import schema_to_dfa, schema_to_fsm
-from sgl_runtime.constrained.json_schema_automata import sample
+from sgl_runtime.constrained.json_schema_sampling import sample
 from sgl_runtime.constrained.json_schema_serialize import compact_json
 
 # (schema, instances): every instance is checked against jsonschema's verdict.

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from sgl_runtime.constrained.json_schema import schema_to_dfa
-from sgl_runtime.constrained.json_schema_automata import sample
+from sgl_runtime.constrained.json_schema_sampling import sample
 from sgl_runtime.constrained.json_schema_serialize import compact_json
 
 def _parse_float(text: str):

@@ -24,9 +24,8 @@ from interegular.fsm import FSM
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema_arrays import array_dfa
-from sgl_runtime.constrained.json_schema_automata import (
-    EMPTY, Dfa, difference, exactly_one, intersect, literal, to_interegular, union,
-)
+from sgl_runtime.constrained.json_schema_automata import EMPTY, Dfa, literal, to_interegular
+from sgl_runtime.constrained.json_schema_ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema_formats import format_content
 from sgl_runtime.constrained.json_schema_numbers import number_dfa
 from sgl_runtime.constrained.json_schema_objects import object_dfa
@@ -76,7 +75,7 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
     compiler = _Compiler(schema, _tokens(whitespace), lenient, max_recursion_depth, max_nesting_depth)
-    return compiler.compile(schema, 0, False)
+    return compiler.compile(schema, 0, NORMAL)
 
 
 @functools.lru_cache(maxsize=16)

@@ -7,7 +7,8 @@ otherwise it is unsupported (ConstraintError, or ignored with lenient=True).
 from __future__ import annotations
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema_automata import Dfa, Nfa, concat, difference, intersect
+from sgl_runtime.constrained.json_schema_automata import Dfa
+from sgl_runtime.constrained.json_schema_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.json_schema_values import EXACT, count_keyword
 
 

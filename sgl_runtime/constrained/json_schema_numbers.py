@@ -13,9 +13,8 @@ from decimal import Decimal, InvalidOperation
 import interegular
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema_automata import (
-    Dfa, charset, concat, difference, from_interegular, intersect, literal, minimize, union,
-)
+from sgl_runtime.constrained.json_schema_automata import Dfa, charset, from_interegular, literal, minimize
+from sgl_runtime.constrained.json_schema_ops import concat, difference, intersect, union
 
 MAX_MODULUS_STATES = 20_000
 MAX_BOUND_DIGITS = 400

@@ -12,9 +12,8 @@ from __future__ import annotations
 from itertools import combinations
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema_automata import (
-    Dfa, Nfa, concat, difference, intersect, literal,
-)
+from sgl_runtime.constrained.json_schema_automata import Dfa, literal
+from sgl_runtime.constrained.json_schema_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.json_schema_strings import (
     any_content, encode_content, literals_dfa, pattern_content, string_dfa, string_literal,
 )

@@ -15,9 +15,8 @@ import re
 import interegular
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema_automata import (
-    ANY_CHAR, EMPTY, Charset, Dfa, charset, concat, from_interegular, intersect, literal, minimize, union,
-)
+from sgl_runtime.constrained.json_schema_automata import ANY_CHAR, EMPTY, Charset, Dfa, charset, from_interegular, literal, minimize
+from sgl_runtime.constrained.json_schema_ops import concat, intersect, union
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 SPECIAL = frozenset(_SHORT_ESCAPES) | frozenset(chr(i) for i in range(0x20))

@@ -3,12 +3,10 @@ free-form values nested to a bounded depth, and the spellings of literal values 
 
 from __future__ import annotations
 
-import functools
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema_automata import (
-    EMPTY, Dfa, Nfa, concat, literal, repeat, union,
-)
+from sgl_runtime.constrained.json_schema_automata import EMPTY, Dfa, literal
+from sgl_runtime.constrained.json_schema_ops import Nfa, concat, repeat, union
 from sgl_runtime.constrained.json_schema_numbers import number_literal_dfa, number_universe, rx
 from sgl_runtime.constrained.json_schema_strings import string_dfa, string_literal
 
