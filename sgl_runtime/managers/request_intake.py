@@ -23,8 +23,8 @@ def validate_request(msg: TokenizedGenerateReqInput, context_length: int, vocab_
     bad = next((t for t in ids if not isinstance(t, int) or t < 0 or t >= vocab_size), None)
     if bad is not None:
         return f"input_ids: token id {bad!r} is outside the vocabulary [0, {vocab_size})"
-    if msg.top_logprobs_num < 0:
-        return f"top_logprobs_num: must be >= 0, got {msg.top_logprobs_num}"
+    if not 0 <= msg.top_logprobs_num <= vocab_size:
+        return f"top_logprobs_num: must be in [0, {vocab_size}], got {msg.top_logprobs_num}"
     if msg.return_logprob and msg.logprob_start_len >= len(ids):
         return f"logprob_start_len: must be < the prompt length ({len(ids)}), got {msg.logprob_start_len}"
     return None
