@@ -8,6 +8,7 @@ block, or at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -73,14 +74,22 @@ class Runtime:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            _signal_group(process, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait(timeout=15)
+        self._stop(process)
+        self.log_file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_file.name)
         atexit.unregister(self.shutdown)
+
+    @staticmethod
+    def _stop(process: subprocess.Popen) -> None:
+        """SIGTERM the server's process group (its workers too, even if the server already
+        exited), then SIGKILL what is left after 15 s."""
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait(timeout=15)
 
     def __enter__(self) -> "Runtime":
         return self
