@@ -72,59 +72,71 @@ class Run:
 def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
          rows: np.ndarray, offs: np.ndarray, run_id: int) -> Run:
     """Push every row through `ctx` from product state `x0` (see the module docstring)."""
-    state = np.full(len(rows), x0, dtype=np.int64)
-    la = np.full(len(rows), -tail_len, dtype=np.int64)
-    base = table.starts[rows] + offs
     rem = table.lens[rows] - offs
-    active = np.arange(len(rows))
-    inside_idx, close_idx, close_type, close_end = [], [], [], []
+    order = np.argsort(-rem.astype(np.int32), kind="stable")  # longest first: finished rows trail
+    rows, offs, rem = rows[order], offs[order], rem[order]
+    neg_rem = -rem
+    idx = np.arange(len(rows))  # [A] the active rows' positions, kept sorted by rem
+    base = table.starts[rows] + offs
+    st = np.full(len(rows), x0, dtype=np.int64)
+    la = np.full(len(rows), -tail_len, dtype=np.int64)
+    code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+    inside, closes = [], []
     j = 0
-    while active.size:
-        done = rem[active] <= j
-        inside_idx.append(active[done])
-        active = active[~done]
-        st = state[active]
-        byte = table.flat[base[active] + j]
-        code = ctx.code[st, byte]
-        closing = (code == CLOSE_BEFORE) | (code == CLOSE_HERE)
-        if closing.any():
-            close_idx.append(active[closing])
-            close_type.append(ctx.ctype[st[closing], byte[closing]])
-            close_end.append(np.where(code[closing] == CLOSE_HERE, j + 1, la[active[closing]]))
+    while idx.size:
+        alive = int(np.searchsorted(neg_rem[idx], -j, side="left"))  # rows with bytes left
+        if alive < idx.size:
+            inside.append((idx[alive:], st[alive:], la[alive:]))
+            idx, base, st, la = idx[:alive], base[:alive], st[:alive], la[:alive]
+            if not alive:
+                break
+        flat_i = st * 256 + table.flat[base + j]
+        code = code_flat[flat_i]
         go = code <= ACCEPT
-        moving = active[go]
-        state[moving] = ctx.nxt[st[go], byte[go]]
-        la[active[go & (code == ACCEPT)]] = j + 1
-        active = moving
+        if not go.all():
+            closing = ~go & (code != DEAD)
+            if closing.any():
+                closes.append((idx[closing], ctype_flat[flat_i[closing]],
+                               np.where(code[closing] == CLOSE_HERE, j + 1, la[closing])))
+            idx, base, la, flat_i, code = idx[go], base[go], la[go], flat_i[go], code[go]
+        st = nxt_flat[flat_i].astype(np.int64)
+        la[code == ACCEPT] = j + 1
         j += 1
     run = Run(run_id)
-    _group_inside(run, ctx, np.concatenate(inside_idx), state, rows, offs, la, table)
-    if close_idx:
-        _group_closes(run, np.concatenate(close_idx), np.concatenate(close_type),
-                      np.concatenate(close_end), rows, offs, table)
+    if inside:
+        _group_inside(run, ctx, *(np.concatenate(x) for x in zip(*inside)), rows, offs, table)
+    if closes:
+        _group_closes(run, *(np.concatenate(x) for x in zip(*closes)), rows, offs)
     return run
 
 
-def _group_inside(run: Run, ctx: LexerContext, idx, state, rows, offs, la, table: TokenTable) -> None:
-    final = state[idx]
-    for s in np.unique(final).tolist():
-        sel = idx[final == s]
+def _split(keys: np.ndarray):
+    """(key, positions) for each distinct key, by one stable sort."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    for part in np.split(order, cuts):
+        yield int(keys[part[0]]), part
+
+
+def _group_inside(run: Run, ctx: LexerContext, idx, final, la, rows, offs, table: TokenTable) -> None:
+    for s, part in _split(final):
+        sel = idx[part]
         g = Group(("in", s), rows[sel].astype(np.int32), None)
         if ctx.winner[s] >= 0 and not ctx.at_accept[s]:
-            g.offs, g.la = offs[sel], la[sel]  # kept only where the tail may be lexed again
+            g.offs, g.la = offs[sel], la[part]  # kept only where the tail may be lexed again
         if len(sel) >= PACK_THRESHOLD:
             g.packed = table.pack(g.rows)
         run.inside.append((s, g))
 
 
-def _group_closes(run: Run, idx, types, ends, rows, offs, table: TokenTable) -> None:
+def _group_closes(run: Run, idx, types, ends, rows, offs) -> None:
     in_tail = ends < 0
-    key = types * 2 + in_tail
-    for k in np.unique(key).tolist():
-        sel = key == k
+    for k, part in _split(types.astype(np.int64) * 2 + in_tail):
         t, tail_flag = k // 2, bool(k % 2)
-        new_offs = offs[idx[sel]] if tail_flag else offs[idx[sel]] + ends[sel]
-        run.closes.append((t, tail_flag, Group(("close", k), rows[idx[sel]], new_offs)))
+        sel = idx[part]
+        new_offs = offs[sel] if tail_flag else offs[sel] + ends[part]
+        run.closes.append((t, tail_flag, Group(("close", k), rows[sel], new_offs)))
 
 
 class MaskBuilder:
