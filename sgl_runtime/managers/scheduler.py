@@ -266,7 +266,8 @@ class Scheduler:
             elif req is not self.chunked_req and all(req is not r for r in self.running):
                 self.running.append(req)
         if forward_batch.forward_mode.is_decode():
-            self.metrics.on_decode_step(len(batch), self._token_usage(), len(self.waiting))
+            self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),
+                                        len(self.waiting))
 
     def _finish(self, req: Req) -> None:
         if any(req is r for r in self.running):

@@ -46,7 +46,7 @@ class SchedulerMetrics:
         self.generated_tokens += generated
         self._interval_tokens += generated
 
-    def on_decode_step(self, batch_size: int, token_usage: float, num_waiting: int) -> None:
+    def on_decode_step(self, batch_size: int, num_tokens: int, token_usage: float, num_waiting: int) -> None:
         self.decode_steps += 1
         if self.decode_steps % self.log_interval:
             return
@@ -54,6 +54,7 @@ class SchedulerMetrics:
         self.last_throughput = self._interval_tokens / max(now - self._interval_start, 1e-9)
         self._interval_tokens, self._interval_start = 0, now
         logger.info(
-            "decode: batch %d, waiting %d, token usage %.2f, cache hit rate %.2f, gen throughput %.1f tok/s",
-            batch_size, num_waiting, token_usage, self.cache_hit_rate, self.last_throughput,
+            "decode: batch %d, waiting %d, kv tokens %d, token usage %.2f, cache hit rate %.2f, "
+            "gen throughput %.1f tok/s",
+            batch_size, num_waiting, num_tokens, token_usage, self.cache_hit_rate, self.last_throughput,
         )
