@@ -27,7 +27,8 @@ def main() -> None:
         )
         for message in state.messages():
             print(f"{message['role']}: {message['content']!r}")
-        print("answer_1 meta:", {k: state.get_meta_info("answer_1").get(k) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")})
+        meta = state.get_meta_info("answer_1")
+        print("answer_1 tokens:", {k: meta.get(k) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")})
         assert state.messages()[-1]["content"] == state["answer_2"]
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Union
 
-from sgl_lang.backend.base import BaseBackend
+from sgl_lang.backend.base import BackendError, BaseBackend
 from sgl_lang.global_config import resolve_backend
 from sgl_lang.interpreter import ProgramError, StreamExecutor
 from sgl_lang.program_state import ProgramState
@@ -48,7 +49,7 @@ class SglFunction:
         backend = resolve_backend(backend)
         if stream:
             return self._start(backend, sampling, args, arguments, stream=True)
-        state = ProgramState(StreamExecutor(backend, sampling, num_api_spec_tokens=self.num_api_spec_tokens))
+        state = self._new_state(backend, sampling)
         try:
             self._body(state, args, arguments, catch=False)
         except ProgramError:
@@ -68,7 +69,8 @@ class SglFunction:
         prepared = [self._prepare((), dict(kwargs, **sampling)) for kwargs in batch_kwargs]
         backend = resolve_backend(backend)
         if len(batch_kwargs) > 1:
-            self.cache_prefix(backend)
+            with contextlib.suppress(BackendError):  # a broken backend shows in each program's state
+                self.cache_prefix(backend)
         workers = min(len(batch_kwargs), 64) if num_threads == "auto" else int(num_threads)
         bar = _progress_bar(len(batch_kwargs)) if progress_bar else None
         lock = threading.Lock()
@@ -118,16 +120,19 @@ class SglFunction:
     def _start(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
                stream: bool) -> ProgramState:
         """Run the body on a background thread and return its state at once."""
-        state = ProgramState(StreamExecutor(backend, sampling, stream=stream, num_api_spec_tokens=self.num_api_spec_tokens))
+        state = self._new_state(backend, sampling, stream)
         state.body_thread = threading.Thread(target=self._body, args=(state, args, arguments, True), daemon=True)
         state.body_thread.start()
         return state
 
     def _execute(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
                  catch: bool = False) -> ProgramState:
-        state = ProgramState(StreamExecutor(backend, sampling, num_api_spec_tokens=self.num_api_spec_tokens))
+        state = self._new_state(backend, sampling)
         self._body(state, args, arguments, catch)
         return state
+
+    def _new_state(self, backend: BaseBackend, sampling: SglSamplingParams, stream: bool = False) -> ProgramState:
+        return ProgramState(StreamExecutor(backend, sampling, stream=stream, num_api_spec_tokens=self.num_api_spec_tokens))
 
     def _body(self, state: ProgramState, args: tuple, arguments: dict, catch: bool) -> None:
         executor = state.stream_executor

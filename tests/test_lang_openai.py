@@ -141,7 +141,8 @@ def test_speculative_execution_in_one_chat_assistant_turn(scripted_url):
 
     def body(s):
         s += sgl.user("Make a profile")
-        s += sgl.assistant("Name: " + sgl.gen("name", stop="\n", max_tokens=8) + "\nBirthday: " + sgl.gen("bday", stop="\n", max_tokens=8)
+        s += sgl.assistant("Name: " + sgl.gen("name", stop="\n", max_tokens=8)
+                           + "\nBirthday: " + sgl.gen("bday", stop="\n", max_tokens=8)
                            + "\nJob: " + sgl.gen("job", stop="\n"))
 
     state, calls, _ = run_counted(sgl.function(body, num_api_spec_tokens=64), backend)

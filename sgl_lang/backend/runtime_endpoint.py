@@ -64,7 +64,10 @@ class RuntimeEndpoint(BaseBackend):
         if temperature > 1e-5:
             raise ValueError("select scores choices by their logprobs; temperature must be 0")
         prefix = s.text_
-        prompt_len = self._generate({"text": prefix, "sampling_params": {"max_new_tokens": 0}})["meta_info"]["prompt_tokens"] if prefix else 0
+        prompt_len = 0
+        if prefix:  # commit the prefix once; its token count places the logprob window
+            committed = self._generate({"text": prefix, "sampling_params": {"max_new_tokens": 0}})
+            prompt_len = committed["meta_info"]["prompt_tokens"]
         results = self._generate({
             "text": [prefix + choice for choice in choices],
             "sampling_params": {"max_new_tokens": 0, "temperature": 0},
