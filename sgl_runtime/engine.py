@@ -60,6 +60,8 @@ class Engine:
         return self.scheduler.get_stats()
 
     def shutdown(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
         self.scheduler = None
 
     def __enter__(self) -> "Engine":

@@ -87,6 +87,10 @@ class ConstraintWaiter:
         self.pending = still
         return ready, failed
 
+    def shutdown(self) -> None:
+        if self._cache is not None:
+            self._cache.shutdown()
+
     def remove(self, rid: str) -> list[Req]:
         removed = [r for r in self.pending if r.rid == rid]
         self.pending = [r for r in self.pending if r.rid != rid]

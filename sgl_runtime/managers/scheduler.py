@@ -102,6 +102,10 @@ class Scheduler:
         self.new_token_ratio.reset()
         return FlushCacheOut(success=True)
 
+    def shutdown(self) -> None:
+        """Stop the constraint compiler threads (the model and pools go with the object)."""
+        self.constraints.shutdown()
+
     def abort(self, rid: str) -> None:
         """Abort every sample of request `rid`, wherever it is, freeing its memory."""
         hit = self.constraints.remove(rid) + [r for r in self.waiting if r.rid == rid]
