@@ -15,11 +15,12 @@ import requests
 from server_fixtures import descendant_pids, free_port, pid_alive, start_server
 
 API_KEY = "test-secret"
+TEMPLATE = "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}\n{% endfor %}<<assistant>>"
 
 
 @pytest.fixture(scope="module")
 def keyed_server():
-    server = start_server(api_key=API_KEY)
+    server = start_server("--chat-template", TEMPLATE, "--served-model-name", "custom-name", api_key=API_KEY)
     yield server
     server.stop()
 
@@ -38,7 +39,19 @@ def test_api_key_required(keyed_server):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
     models = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0).models.list()
-    assert models.data[0].id == "sgl-demo"
+    assert models.data[0].id == "custom-name"
+
+
+def test_chat_template_flag(keyed_server):
+    from transformers import AutoTokenizer
+
+    info = requests.get(f"{keyed_server.url}/get_model_info", headers=keyed_server.headers).json()
+    assert info["chat_template"] == TEMPLATE and info["served_model_name"] == "custom-name"
+    client = openai.OpenAI(base_url=f"{keyed_server.url}/v1", api_key=API_KEY, max_retries=0)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "hello there"}]
+    r = client.chat.completions.create(model="custom-name", messages=messages, max_tokens=1)
+    rendered = "<<system>>S\n<<user>>hello there\n<<assistant>>"
+    assert r.usage.prompt_tokens == len(AutoTokenizer.from_pretrained(info["tokenizer_path"]).encode(rendered))
 
 
 def test_killed_scheduler_takes_server_down(keyed_server):
