@@ -59,6 +59,9 @@ class ScriptedOpenAI(BaseHTTPRequestHandler):
         if body["model"] == "flaky" and ScriptedOpenAI.flaky_failures > 0:
             ScriptedOpenAI.flaky_failures -= 1
             return self._reply(429, {"error": {"message": "Rate limit reached"}})
+        if body["model"] == "overloaded" and ScriptedOpenAI.flaky_failures > 0:
+            ScriptedOpenAI.flaky_failures -= 1
+            return self._reply(503, {"error": {"message": "The server is overloaded"}})
         if self.path.endswith("/chat/completions"):
             return self._reply(200, self._chat(body))
         return self._reply(200, self._completion(body))
@@ -170,6 +173,13 @@ def test_server_errors_surface_and_rate_limits_are_retried(scripted_url):
     ScriptedOpenAI.flaky_failures = 5
     with pytest.raises(sgl.ProgramError, match="HTTP 429.*Rate limit"):
         program.run(backend=sgl.OpenAI("flaky", base_url=scripted_url, is_chat_model=False, max_retries=1))
+    assert ScriptedOpenAI.flaky_failures == 3  # bounded: one try plus one retry
+    ScriptedOpenAI.flaky_failures = 1
+    overloaded = sgl.OpenAI("overloaded", base_url=scripted_url, is_chat_model=False, max_retries=1)
+    assert program.run(backend=overloaded)["x"] == "Steve"
+    ScriptedOpenAI.flaky_failures = 5
+    with pytest.raises(sgl.ProgramError, match="HTTP 503.*overloaded"):
+        program.run(backend=sgl.OpenAI("overloaded", base_url=scripted_url, is_chat_model=False, max_retries=0))
     ScriptedOpenAI.flaky_failures = 0
 
 
