@@ -1,0 +1,60 @@
+"""The scheduler core on CUDA (skipped without it): greedy output equals the CPU engine's and transformers',
+through Triton attention and CUDA-graph decode, under memory pressure, and with constrained decoding."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from engine_fixtures import checkpoint, hf_greedy, random_prompts
+from sgl_runtime.engine import Engine
+
+pytestmark = pytest.mark.gpu
+GREEDY = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return checkpoint(tmp_path_factory, "llama3")
+
+
+@pytest.fixture(scope="module")
+def prompts_and_expected(model_path):
+    prompts = random_prompts((3, 40, 9, 129, 1, 64, 17, 5), seed=51)
+    return prompts, [hf_greedy(model_path, p, GREEDY["max_new_tokens"]) for p in prompts]
+
+
+@pytest.mark.parametrize("extra", [{}, {"disable_cuda_graph": True}, {"attention_backend": "torch"}])
+def test_cuda_greedy_matches_transformers(model_path, prompts_and_expected, extra):
+    prompts, expected = prompts_and_expected
+    engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096, **extra)
+    results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
+    assert [r["output_ids"] for r in results] == expected
+
+
+def test_cuda_small_pool_retracts_with_identical_output(model_path, prompts_and_expected):
+    prompts, expected = prompts_and_expected
+    engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=320, chunked_prefill_size=32,
+                    schedule_conservativeness=0.3)
+    results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
+    assert [r["output_ids"] for r in results] == expected
+    assert engine.flush_cache()
+    assert engine.scheduler.kv_available_size() == engine.scheduler.max_total_num_tokens
+
+
+def test_cuda_default_pool_is_sized_by_measurement(model_path):
+    engine = Engine(model_path, device="cuda", dtype="float32")
+    assert engine.scheduler.max_total_num_tokens > 10_000
+
+
+def test_cuda_json_schema_with_jump_forward(model_path):
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999}, "b": {"enum": ["x", "y"]}},
+              "required": ["a", "b"], "additionalProperties": False}
+    engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096)
+    params = [{"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 40, "seed": i}
+              for i in range(16)]
+    for r in engine.generate(input_ids=random_prompts([6] * 16, seed=52), sampling_params=params):
+        jsonschema.validate(json.loads(r["text"]), schema)
+        assert r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"]
