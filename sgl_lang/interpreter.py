@@ -58,11 +58,21 @@ class StreamExecutor:
         self.finished = False
         self.end_requested = False
         self.queue: queue.Queue = queue.Queue()
-        self.worker = threading.Thread(target=self._work, daemon=True, name="sgl-executor")
-        self.worker.start()
+        self.worker = self._start_worker()
+
+    def _start_worker(self) -> threading.Thread:
+        worker = threading.Thread(target=self._work, daemon=True, name="sgl-executor")
+        worker.start()
+        return worker
 
     # Called from the program body
     def submit(self, expr: SglExpr) -> None:
+        if self.end_requested:  # a finished program being extended (e.g. after run()): resume it
+            self.end()
+            self.worker.join()
+            with self.changed:
+                self.finished = self.end_requested = False
+            self.worker = self._start_worker()
         for node in expr.flatten():
             if isinstance(node, (SglGen, SglSelect)):
                 if node.name is None:

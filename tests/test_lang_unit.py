@@ -79,6 +79,17 @@ def test_text_order_and_variables(backend):
     assert backend.calls[1]["params"].stop == "\n" and backend.calls[1]["params"].max_new_tokens == 128
 
 
+def test_a_finished_state_can_be_extended(backend):
+    @sgl.function
+    def prog(s):
+        s += "A" + sgl.gen("x")
+
+    state = prog.run(backend=backend)
+    state += "B" + sgl.gen("y")
+    assert state.text() == "A<1>B<2>" and state["y"] == "<2>"
+    assert backend.calls[1]["params"].max_new_tokens == 128
+
+
 def test_run_sampling_defaults_are_overridden_by_gen(backend):
     @sgl.function
     def prog(s):
