@@ -135,3 +135,19 @@ def test_every_policy_and_a_running_cap_give_the_same_greedy_output(engine, poli
                    max_running_requests=2)
     assert [r["output_ids"] for r in other.generate(input_ids=prompts, sampling_params=params)] == expected
     assert other.get_stats()["cache_hit_rate"] > 0
+
+
+def test_a_failure_after_the_forward_also_frees_everything(engine, monkeypatch):
+    scheduler = engine.scheduler
+    assert engine.flush_cache()
+    (prompt,) = random_prompts((15,), seed=37)
+
+    def broken_sampler(logits, reqs):
+        raise ValueError("simulated sampler failure")
+
+    monkeypatch.setattr(scheduler, "sampler", broken_sampler)
+    scheduler.handle(_request("x", prompt, 4))
+    out = scheduler.step()
+    assert out.outputs[0].finished_reason["type"] == "abort" and "sampler failure" in out.outputs[0].error
+    assert scheduler.tree_cache.total_size() == 0  # failed requests' KV is freed, not cached
+    assert scheduler.kv_available_size() == scheduler.max_total_num_tokens

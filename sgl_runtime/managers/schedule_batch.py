@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Optional
+
 import torch
 
 from sgl_runtime.managers.req import Req
@@ -67,7 +69,8 @@ class ScheduleBatch:
         self.tree_cache = tree_cache
         self.device = device
         self.layout = LogitsLayout()
-        self.slots_allocated = False  # set once the new tokens' KV slots are in req_to_token
+        self.out_cache_loc: Optional[torch.Tensor] = None  # the new tokens' KV slots, once allocated
+        self.committed = False  # the forward ran: those slots now count in each request's kv_len
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -99,9 +102,8 @@ class ScheduleBatch:
         ext_lens = [r.extend_input_len for r in self.reqs]
         assert all(n > 0 for n in ext_lens), f"every request must extend, got {ext_lens}"
         total = sum(ext_lens)
-        out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
+        out_cache_loc = self.out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
         prefix_lens = [r.kv_len for r in self.reqs]
-        self.slots_allocated = True
         is_decode = all(n == 1 for n in ext_lens)
         input_ids, positions = self._write_tokens(out_cache_loc, prefix_lens, ext_lens, is_decode)
         self._build_layout(prefix_lens, ext_lens)
@@ -192,6 +194,7 @@ class ScheduleBatch:
 
     def commit_forward(self) -> None:
         """After the forward: the new tokens' KV is in the pool."""
+        self.committed = True
         for req in self.reqs:
             req.kv_len += req.extend_input_len
             req.forward_passes += 1
@@ -199,20 +202,15 @@ class ScheduleBatch:
 
 
 
-def release_req_kv(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache, cache: bool = True,
-                   uncommitted: int = 0) -> None:
+def release_req_kv(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache, cache: bool = True) -> None:
     """Give back everything the request holds: its computed KV goes to the radix cache (duplicates
-    freed) or, with cache=False, is freed; `uncommitted` more slots past kv_len (allocated for a
-    forward that never completed) are freed; the cache path is unlocked and the row freed."""
+    freed) or, with cache=False, is freed; the cache path is unlocked and the row freed."""
     if req.req_pool_idx is None:  # admitted (maybe locked) but never allocated a row
         _unlock(req, tree_cache)
         req.reset_kv_state()
         return
-    row = req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len + uncommitted].to(torch.int64)
+    row = req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].to(torch.int64)
     protected = req.cache_protected_len
-    if uncommitted:
-        token_to_kv_pool.free(row[req.kv_len :])
-        row = row[: req.kv_len]
     if tree_cache.disable or not cache:
         token_to_kv_pool.free(row[protected:])
     else:

@@ -290,6 +290,8 @@ class Scheduler:
         """A forward or its post-processing raised: fail this batch's requests, free their memory."""
         logger.exception("batch of %d request(s) failed; aborting them", len(batch))
         message = f"internal error: {type(error).__name__}: {error}"
+        if batch.out_cache_loc is not None and not batch.committed:
+            self.token_to_kv_pool.free(batch.out_cache_loc)
         for req in batch.reqs:
             if req.finished and req.req_pool_idx is None:
                 continue  # finished and released before the failure
@@ -297,9 +299,7 @@ class Scheduler:
                 self.running.remove(req)
             if req is self.chunked_req:
                 self.chunked_req = None
-            uncommitted = req.extend_input_len if batch.slots_allocated else 0
-            release_req_kv(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache,
-                           cache=False, uncommitted=uncommitted)
+            release_req_kv(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache, cache=False)
             req.abort(message)
             if req.hidden:
                 for child in self.fanout.pop(id(req), []):
