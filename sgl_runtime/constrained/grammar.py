@@ -7,12 +7,14 @@ ignored token (e.g. WS) at most `max_ignore_bytes` bytes long and at most `max_i
 ignored tokens in a row, so a model cannot loop on blanks. A token is allowed iff the text
 with it can still be completed to a sentence (see grammar_engine for the one assumption);
 EOS iff the text is a sentence. Options: start (rule name), max_ignore_bytes (32),
-max_ignored_run (4).
+max_ignored_run (4), warmup_s (1.0: time spent at compile, i.e. in the compile worker, building
+lexer contexts and vocabulary walks that masks would otherwise build on first use).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Optional
 
@@ -27,7 +29,7 @@ from sgl_runtime.constrained.grammar_walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
-_OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run"}
+_OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run", "warmup_s"}
 
 
 def compile_grammar(spec: str, vocabulary: Vocabulary, **options: Any) -> "GrammarConstraint":
@@ -42,7 +44,7 @@ class GrammarConstraint(Constraint):
     """A compiled lark grammar over one vocabulary; masks cached per grammar state."""
 
     def __init__(self, spec: str, vocabulary: Vocabulary, start: str = "start",
-                 max_ignore_bytes: int = 32, max_ignored_run: int = 4,
+                 max_ignore_bytes: int = 32, max_ignored_run: int = 4, warmup_s: float = 1.0,
                  mask_cache_size: int = 512) -> None:
         self.spec = spec
         self.vocabulary = vocabulary
@@ -55,6 +57,7 @@ class GrammarConstraint(Constraint):
         self._cache_size = mask_cache_size
         self._lock = threading.RLock()
         self._eos = np.array(vocabulary.eos_token_ids, dtype=np.int64)
+        self._warm_up(warmup_s)
 
     def accepts(self, text: str) -> bool:
         try:
@@ -97,6 +100,14 @@ class GrammarConstraint(Constraint):
         mask = np.zeros(self.vocabulary.num_words, dtype=np.int32)
         _set_bits(mask, self._eos)
         return mask
+
+    def _warm_up(self, seconds: float) -> None:
+        """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""
+        deadline = time.perf_counter() + seconds
+        for ctx in self.engine.build_contexts(deadline):
+            if time.perf_counter() > deadline:
+                break
+            self.masks.warm(ctx)
 
     def __repr__(self) -> str:
         name = self.spec if len(self.spec) < 40 else self.spec[:37] + "..."

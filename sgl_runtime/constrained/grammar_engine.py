@@ -17,6 +17,7 @@ ignored terminal, as in the shipped grammars); the tests check it against lark.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -71,6 +72,15 @@ class GrammarEngine:
         if ctx is None:
             ctx = self._contexts[id(basic)] = self._build_context(basic)
         return ctx
+
+    def build_contexts(self, deadline: float) -> list[LexerContext]:
+        """Build lexer contexts ahead of use until `deadline` (time.perf_counter); those built."""
+        for basic in self._lexers.values():
+            if time.perf_counter() > deadline:
+                break
+            if id(basic) not in self._contexts:
+                self._contexts[id(basic)] = self._build_context(basic)
+        return list(self._contexts.values())
 
     def allowed_bits(self, stack: tuple, ignored: int) -> int:
         """Bitset of token types that may close the current token without a parse error."""

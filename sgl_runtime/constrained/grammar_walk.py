@@ -159,6 +159,11 @@ class MaskBuilder:
             out |= p
         return out
 
+    def warm(self, ctx: LexerContext) -> None:
+        """Walk the vocabulary from `ctx`'s token start ahead of use (the commonest first visit)."""
+        start = GrammarState((), 0, ctx.initial, b"")
+        self._run(ctx, start, ("all",), None, None)
+
     # ---- private ----------------------------------------------------------------------------
 
     def _collect(self, state: GrammarState, rows_key, rows, offs, ids: list, packed: list) -> None:
