@@ -302,3 +302,18 @@ def test_unicode_class_escapes_match_python_re():
         assert c.accepts(text) == lark_parses(parser, text), text
     digits = compile_grammar('start: /[\\d.]+/ /\\s/ /\\S/\n', make_vocab(['x']))
     assert digits.accepts("\u0663.5\u2003x") and not digits.accepts("a.5 x")
+
+
+def test_forced_string_skips_optional_blanks_and_spans_keywords():
+    g = 'start: "let" NAME "=" "go" "to" NAME\nNAME: /[a-z]+/\n%ignore " "\n'
+    tokens = ['let', 'go', 'to', 'goto', ' ', 'x', '=']
+    c = compile_grammar(g, make_vocab(tokens))
+    m = c.matcher()
+    assert m.forced_string() == "let" and m.forced_token_ids() == [tokens.index('let')]
+    for piece in ['let', ' ', 'x', ' ', '=']:
+        m.advance(tokens.index(piece))
+    assert m.forced_string() == "goto"
+    ids = m.forced_token_ids()  # 'goto' is one token; nothing longer could span it
+    assert ids == [tokens.index('goto')]
+    m.advance(ids[0])
+    assert m.forced_string() == ""  # a NAME follows: many continuations

@@ -47,6 +47,7 @@ class ForcedTokens:
                     break
                 out.append(int(allowed[0]))
                 s = engine.feed(s, bytes(out[-1:]))
+                s = GrammarState(s.stack, engine.max_ignored_run, s.lex, s.tail)  # still no blanks
         return _whole_characters(bytes(out))
 
     def string(self, state: GrammarState) -> str:
