@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import requests
 from server_fixtures import server  # noqa: F401  (session fixture)
@@ -129,9 +130,21 @@ def test_stop_string_trimmed(server):
 def test_regex_constraint(server):
     body = {"text": "Phone:", "sampling_params": {"max_new_tokens": 20, "regex": r"\d{3}-\d{4}"}}
     out = post(server, "/generate", body).json()
-    import re
-
     assert re.fullmatch(r"\d{3}-\d{4}", out["text"]), out
+
+
+def test_choices_and_grammar_constraints(server):
+    choices = ["red", "green", "blue"]
+    out = post(server, "/generate", {"text": "Colour:", "sampling_params": {"max_new_tokens": 8, "choices": choices}})
+    assert out.json()["text"] in choices, out.text
+    from lark import Lark
+
+    grammar_text = 'start: "[" pair ("," pair)? "]"\npair: DIGIT "=" DIGIT\nDIGIT: /[0-9]/\n'
+    for seed in range(3):
+        params = {"max_new_tokens": 32, "ebnf": grammar_text, "temperature": 1.0, "seed": seed}
+        out = post(server, "/generate", {"text": "Pairs:", "sampling_params": params}).json()
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+        Lark(grammar_text).parse(out["text"])  # raises if the text is not a sentence of the grammar
 
 
 def test_model_and_server_info(server):
