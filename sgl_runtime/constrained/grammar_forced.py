@@ -70,11 +70,8 @@ class ForcedTokens:
         if not forced:
             return []
         vocab, c = self.constraint.vocabulary, self.constraint
-        try:
-            ids = vocab.encode(forced.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: no jump-forward
-            return []
-        if b"".join(vocab.token_bytes[i] or b"\0" for i in ids) != forced:
+        ids = _tokenize(vocab, forced)
+        if not ids:
             return []
         starts, s = [], state
         for i in ids:
@@ -100,6 +97,27 @@ class ForcedTokens:
             return False
         head = table.flat[table.starts[longer][:, None] + np.arange(len(rest))[None, :]]
         return bool((head == np.frombuffer(rest, dtype=np.uint8)[None, :]).all(1).any())
+
+
+def _tokenize(vocab, forced: bytes) -> list[int]:
+    """The tokenizer's canonical ids for `forced`, else a greedy longest-token split."""
+    try:
+        ids = vocab.encode(forced.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - no tokenizer, or one that cannot encode: split greedily
+        ids = []
+    if ids and b"".join(vocab.token_bytes[i] or b"\0" for i in ids if 0 <= i < vocab.size) == forced:
+        return ids
+    ids, pos = [], 0
+    while pos < len(forced):
+        for end in range(min(len(forced), pos + vocab.max_token_len()), pos, -1):
+            found = vocab.ids_for_bytes(forced[pos:end])
+            if found:
+                ids.append(found[0])
+                pos = end
+                break
+        else:
+            return []
+    return ids
 
 
 def _whole_characters(data: bytes) -> bytes:
