@@ -17,6 +17,8 @@ from sgl_runtime.constrained.bitmask import apply_token_bitmask_torch_
 from sgl_runtime.kernels import bitmask_triton
 from sgl_runtime.kernels.decode_attention import DecodeWorkspace, decode_attention, decode_attention_torch, num_splits_for
 from sgl_runtime.kernels.extend_attention import extend_attention, extend_attention_torch
+from sgl_runtime.kernels.rmsnorm import rmsnorm, rmsnorm_torch
+from sgl_runtime.kernels.rotary import apply_rotary, apply_rotary_torch
 from sgl_runtime.kernels.store_kv import store_kv, store_kv_torch
 
 pytestmark = pytest.mark.gpu
@@ -100,6 +102,29 @@ def test_bitmask_matches_reference(vocab):
         mask = torch.randint(-(2**31), 2**31 - 1, (5, width), dtype=torch.int32, device=DEVICE)
         expected = apply_token_bitmask_torch_(logits.clone(), mask)
         assert torch.equal(bitmask_triton.apply_token_bitmask_(logits, mask), expected)
+
+
+@pytest.mark.parametrize("hidden", [512, 3584, 4096])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rmsnorm_matches_reference(hidden, dtype):
+    x = torch.randn(300, hidden * 2, device=DEVICE).to(dtype)[:, :hidden]  # strided rows
+    weight = (torch.rand(hidden, device=DEVICE) + 0.5).to(dtype)
+    out, ref = rmsnorm(x, weight, 1e-5), rmsnorm_torch(x, weight, 1e-5)
+    assert out.dtype == ref.dtype and _rel_err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("heads,dim", [(32, 128), (28, 128), (8, 64)])
+def test_rotary_matches_reference(heads, dim):
+    from sgl_runtime.layers.rotary_embedding import RotaryEmbedding
+
+    rope = RotaryEmbedding(dim, {"rope_theta": 500000.0}).to(DEVICE)
+    positions = torch.randint(0, 8000, (257,), device=DEVICE)
+    cos, sin = rope.cos_sin(positions)
+    qkv = torch.randn(257, (heads + 16) * dim, device=DEVICE).to(torch.bfloat16)
+    q = qkv[:, : heads * dim].view(257, heads, dim)  # a strided slice of the fused projection
+    out = apply_rotary(q, cos, sin)
+    assert _rel_err(out, apply_rotary_torch(q, cos, sin)) < 1e-2
+    assert _rel_err(out.reshape(257, -1), rope.rotate(qkv[:, : heads * dim], (cos, sin))) < 1e-2
 
 
 # ---------------------------------------------------------------------- full model

@@ -1,0 +1,57 @@
+"""Rotary embedding (neox / rotate-half) in one kernel (Triton) beside its torch reference.
+
+Not wired into sgl_runtime/layers/rotary_embedding.py yet (MODELS helper's file):
+RotaryEmbedding.rotate can call `apply_rotary(x, cos, sin)` when x.is_cuda.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from sgl_runtime.kernels._triton import next_power_of_2
+
+
+def apply_rotary_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Reference: x [T, H, D]; cos, sin [T, 1, D] (the two halves equal) -> [T, H, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D] (token and head strides free, dim dense); cos, sin [T, 1, D] float32 -> new [T, H, D]."""
+    tokens, heads, dim = x.shape
+    assert dim % 2 == 0 and x.stride(2) == 1, (x.shape, x.stride())
+    assert cos.shape == sin.shape == (tokens, 1, dim) and cos.stride(2) == 1 and sin.stride() == cos.stride()
+    out = torch.empty((tokens, heads, dim), dtype=x.dtype, device=x.device)
+    if tokens == 0:
+        return out
+    _kernel()[(tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), heads, dim // 2,
+                         HEADS_PAD=next_power_of_2(heads), HALF_PAD=next_power_of_2(dim // 2))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _rotary_kernel(x, cos, sin, out, stride_xt, stride_xh, stride_ct, heads, half,
+                       HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr):
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.arange(0, HEADS_PAD)
+        d = tl.arange(0, HALF_PAD)
+        mask = (h[:, None] < heads) & (d[None, :] < half)
+        c = tl.load(cos + t * stride_ct + d, mask=d < half, other=0.0)[None, :]
+        s = tl.load(sin + t * stride_ct + d, mask=d < half, other=0.0)[None, :]
+        base = x + t * stride_xt + h[:, None] * stride_xh + d[None, :]
+        x1 = tl.load(base, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(base + half, mask=mask, other=0.0).to(tl.float32)
+        o = out + t * (heads * 2 * half) + h[:, None] * (2 * half) + d[None, :]
+        tl.store(o, (x1 * c - x2 * s).to(out.dtype.element_ty), mask=mask)
+        tl.store(o + half, (x2 * c + x1 * s).to(out.dtype.element_ty), mask=mask)
+
+    return _rotary_kernel
