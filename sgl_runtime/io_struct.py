@@ -99,6 +99,7 @@ class ReqTokenOutput:
     stop_strs: tuple = ()  # the request's stop strings, so the detokenizer holds back partial matches
     index: int = 0  # which of the request's n samples this is (n > 1 fans out inside the scheduler)
     forward_passes: int = 0  # forward passes the request took part in (jump-forward makes it < tokens)
+    prompt_tail_ids: tuple = ()  # last prompt tokens: context to decode the first output token (SentencePiece)
 
 
 @dataclass

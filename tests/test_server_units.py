@@ -77,6 +77,19 @@ def test_detokenizer_never_splits_utf8(tokenizer):
     assert "".join(pieces) == "日本語 ✓ emoji 🎉"
 
 
+def test_detokenizer_keeps_the_first_tokens_space_with_sentencepiece():
+    """SentencePiece drops a token's leading space when it is decoded alone; the prompt tail fixes that."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    sp = Tokenizer(models.WordLevel({"<unk>": 0, "\u2581Hello": 1, "\u2581world": 2, "!": 3}, unk_token="<unk>"))
+    sp.pre_tokenizer, sp.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=sp, unk_token="<unk>")
+    out = _out("s", [2, 3], {"type": "length"})
+    out.prompt_tail_ids = (1,)
+    assert DetokenizerManager(tok).process(BatchTokenIDOut([out])).outputs[0].text_delta == " world!"
+
+
 def test_detokenizer_logprob_texts(tokenizer):
     ids = tokenizer.encode("hi there")
     out = _out("l", ids, {"type": "length"})

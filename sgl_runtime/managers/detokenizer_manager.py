@@ -86,7 +86,7 @@ class DetokenizerManager:
         from sgl_runtime.managers.incremental_detokenizer import IncrementalDetokenizer
 
         return IncrementalDetokenizer(
-            self.tokenizer, skip_special_tokens=out.skip_special_tokens,
+            self.tokenizer, prompt_ids=list(out.prompt_tail_ids), skip_special_tokens=out.skip_special_tokens,
             spaces_between_special_tokens=out.spaces_between_special_tokens,
         )
 

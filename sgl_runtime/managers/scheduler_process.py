@@ -24,6 +24,7 @@ from sgl_runtime.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 IDLE_POLL_MS = 1000
+PROMPT_TAIL_TOKENS = 5  # decoding context for the first output token
 WARMUP_RID = "__warmup__"
 WARMUP_MAX_STEPS = 64
 
@@ -52,7 +53,7 @@ class SchedulerLoop:
         from sgl_runtime.managers.scheduler import Scheduler
 
         self.lifetime = lifetime
-        self.stop_strs: dict[str, tuple] = {}  # rid -> stop strings, forwarded to the detokenizer
+        self.detok_info: dict[str, tuple] = {}  # rid -> (stop strings, prompt tail) for the detokenizer
         self.scheduler = Scheduler(server_args)
         self._warm_up()
         context = zmq.Context(1)
@@ -65,7 +66,7 @@ class SchedulerLoop:
             if self.scheduler.has_work():
                 output = self.scheduler.step()
                 if output is not None and output.outputs:
-                    self._attach_stop_strs(output.outputs)
+                    self._attach_detok_info(output.outputs)
                     self.outbox.send_pyobj(output)
         logger.info("scheduler stopping (%s)", "SIGTERM" if self.lifetime.stop_requested else "parent gone")
 
@@ -89,17 +90,20 @@ class SchedulerLoop:
         if isinstance(message, GetStatsReq):
             self.outbox.send_pyobj(GetStatsOut(stats=self.stats()))
             return
-        if isinstance(message, TokenizedGenerateReqInput) and message.sampling_params.stop:
-            self.stop_strs[message.rid] = tuple(message.sampling_params.stop)
+        if isinstance(message, TokenizedGenerateReqInput):
+            tail = tuple(message.input_ids[-PROMPT_TAIL_TOKENS:])
+            self.detok_info[message.rid] = (tuple(message.sampling_params.stop), tail)
         reply = self.scheduler.handle(message)
         if reply is not None:
             self.outbox.send_pyobj(reply)
 
-    def _attach_stop_strs(self, outputs: list) -> None:
+    def _attach_detok_info(self, outputs: list) -> None:
+        """Tell the detokenizer each request's stop strings and prompt tail (it never sees the request)."""
         for out in outputs:
-            stops = self.stop_strs.pop(out.rid, ()) if out.finished_reason else self.stop_strs.get(out.rid, ())
-            if stops and not out.stop_strs:
-                out.stop_strs = stops
+            info = self.detok_info.pop(out.rid, None) if out.finished_reason else self.detok_info.get(out.rid)
+            if info is not None:
+                out.stop_strs = out.stop_strs or info[0]
+                out.prompt_tail_ids = out.prompt_tail_ids or info[1]
 
     def _warm_up(self) -> None:
         """Run one short request through the whole model path, then drop it from the cache."""
