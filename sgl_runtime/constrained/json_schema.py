@@ -31,6 +31,7 @@ from sgl_runtime.constrained.json_schema_numbers import number_dfa
 from sgl_runtime.constrained.json_schema_objects import object_dfa
 from sgl_runtime.constrained.json_schema_refs import RefResolver
 from sgl_runtime.constrained.json_schema_strings import string_dfa
+from sgl_runtime.constrained.json_schema_unevaluated import needs_case_split, unevaluated_constraint
 from sgl_runtime.constrained.json_schema_values import (
     EXACT, FREE_ORDER, NORMAL, Tokens, count_keyword, json_type_of,
 )
@@ -118,7 +119,8 @@ class _Compiler:
         self._check_unsupported(schema)
         if _contributors(schema) >= 2:
             mode = max(mode, FREE_ORDER)  # several schemas constrain the same object's keys
-        parts = [self._values(schema, level, mode)]
+        parts = [self._unevaluated(schema, level, mode)] if needs_case_split(schema) else []  # fails fast
+        parts.append(self._values(schema, level, mode))
         parts += [self.compile(s, level, mode) for s in _schema_list(schema, "allOf")]
         if "anyOf" in schema:
             parts.append(union(*(self.compile(s, level, mode) for s in _schema_list(schema, "anyOf"))))
@@ -144,14 +146,6 @@ class _Compiler:
         for kw in UNSUPPORTED:
             if kw in schema:
                 self.unsupported(kw, "not a regular constraint")
-        in_place = any(k in schema for k in IN_PLACE)
-        for kw, local in (("unevaluatedProperties", "additionalProperties"), ("unevaluatedItems", "items")):
-            value = schema.get(kw, True)
-            if value is True or local in schema:
-                continue
-            if in_place or (kw == "unevaluatedProperties" and "patternProperties" in schema) or \
-                    (kw == "unevaluatedItems" and "contains" in schema):
-                self.unsupported(kw, "depends on what other subschemas evaluated")
 
     # ----------------------------------------------------------------- types and values
     def _values(self, schema: dict, level: int, mode: int) -> Dfa:
@@ -228,12 +222,19 @@ class _Compiler:
             raise ConstraintError("dependentSchemas: expected an object")
         parts = []
         for key, sub in deps.items():
-            has_key = self.compile(self._keep({"type": "object", "required": [key]}), level, EXACT)
+            has_key = self.compile(self.keep({"type": "object", "required": [key]}), level, EXACT)
             parts.append(union(difference(self.any(level), has_key),
                                intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER)))))
         return intersect(*parts) if parts else self.any(level)
 
-    def _keep(self, schema: dict) -> dict:
+    def _unevaluated(self, schema: dict, level: int, mode: int) -> Dfa:
+        try:
+            return unevaluated_constraint(self, schema, level, mode)
+        except ConstraintError as exc:
+            self.unsupported("unevaluatedProperties/unevaluatedItems", str(exc))
+            return self.any(level)
+
+    def keep(self, schema: dict) -> dict:
         """Keeps a synthesized schema alive for the compile cache (keyed by id)."""
         self.synthesized.append(schema)
         return schema
@@ -265,7 +266,7 @@ def _contributors(schema: dict) -> int:
     own = any(k in schema for k in TYPE_KEYWORDS["object"])
     applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "dependentSchemas"))
     all_of = schema.get("allOf")
-    return own + applicators + (len(all_of) if isinstance(all_of, list) else 0)
+    return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
 
 
 def _schema_list(schema: dict, keyword: str) -> list:
@@ -291,6 +292,8 @@ def _type_allowed(value_type: str, types: tuple) -> bool:
 
 def _with_unevaluated(schema: dict, keyword: str, local: str) -> dict:
     """unevaluated* without in-place applicators acts like its local counterpart."""
+    if needs_case_split(schema):
+        return schema
     if keyword in schema and schema[keyword] is not True and local not in schema:
         return {**schema, local: schema[keyword]}
     return schema
