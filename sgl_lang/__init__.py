@@ -5,7 +5,8 @@ Needs only requests, tqdm and jinja2; never imports torch or the runtime.
 
 from sgl_lang.api import (
     Runtime, assistant, assistant_begin, assistant_end, flush_cache, function, gen, gen_int, gen_string,
-    get_server_info, select, system, system_begin, system_end, user, user_begin, user_end,
+    get_server_info, image, select, separate_reasoning, system, system_begin, system_end, user, user_begin,
+    user_end, video,
 )
 from sgl_lang.backend.base import BackendError, BaseBackend
 from sgl_lang.backend.runtime_endpoint import RuntimeEndpoint
@@ -37,5 +38,5 @@ __all__ = [
     "assistant_begin", "assistant_end", "set_default_backend", "get_default_backend", "flush_cache",
     "get_server_info", "ChoicesDecision", "ChoicesSamplingMethod", "token_length_normalized",
     "greedy_token_selection", "unconditional_likelihood_normalized", "REGEX_INT", "REGEX_FLOAT",
-    "REGEX_BOOL", "REGEX_STR",
+    "REGEX_BOOL", "REGEX_STR", "image", "video", "separate_reasoning",
 ]

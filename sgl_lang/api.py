@@ -97,6 +97,19 @@ def assistant_end() -> SglRoleEnd:
     return SglRoleEnd("assistant")
 
 
+def _unsupported(name: str):
+    def primitive(*args: Any, **kwargs: Any):
+        raise NotImplementedError(f"sgl.{name} is not supported by sgl_lang yet (text-only models)")
+
+    primitive.__name__ = name
+    return primitive
+
+
+image = _unsupported("image")
+video = _unsupported("video")
+separate_reasoning = _unsupported("separate_reasoning")
+
+
 def flush_cache(backend: Optional[Any] = None) -> bool:
     """Empty the backend's prefix cache; False when there is no backend."""
     backend = resolve_backend(backend, required=False)

@@ -413,3 +413,8 @@ def test_gen_with_choices_ignores_other_sampling_params_but_checks_names(backend
     assert isinstance(node, SglSelect) and node.choices == ["a", "b"] and node.temperature == 0
     with pytest.raises(TypeError, match="unknown sampling parameter"):
         sgl.gen("c", choices=["a"], max_tokenz=5)
+
+
+def test_multimodal_primitives_say_they_are_unsupported():
+    with pytest.raises(NotImplementedError, match="sgl.image is not supported"):
+        sgl.image("cat.png")
