@@ -28,6 +28,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.utf8_expansion import Utf8Expander
 
 DEFAULT_MAX_STATES = 200_000
+MAX_MOORE_ROUNDS = 64
 
 
 class ByteDFA:
@@ -139,24 +140,33 @@ class ByteDFA:
         return ByteDFA(table, int(new_id[self.initial]), self.accepting[kept])
 
     def _minimised(self) -> "ByteDFA":
-        """Moore partition refinement over byte classes, vectorised with numpy."""
+        """Moore partition refinement over byte classes, signatures hashed to 64 bits and the
+        result verified exactly. Past MAX_MOORE_ROUNDS (long chains of forced text) the pruned
+        DFA is kept as is: correct, just not minimal (schema FSMs arrive minimal already)."""
         n = self.n_states
         if n <= 1:
             return self
         _, class_cols = np.unique(self.transitions, axis=1, return_index=True)
         table = self.transitions[:, np.sort(class_cols)]  # [n, n_byte_classes]
-        block = np.unique(self.accepting.astype(np.int64), return_inverse=True)[1].reshape(-1)
-        while True:
-            targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
-            signature = np.concatenate([block[:, None], targets], axis=1)
-            _, new_block = np.unique(signature, axis=0, return_inverse=True)
-            new_block = new_block.reshape(-1)
-            if new_block.max() == block.max():
+        weights = np.random.default_rng(0).integers(1, 2**62, size=table.shape[1] + 1, dtype=np.uint64) * 2 + 1
+        block = self.accepting.astype(np.int64)
+        n_blocks = len(np.unique(block))
+        for _ in range(MAX_MOORE_ROUNDS):
+            targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)  # [n, classes]
+            signature = (targets.astype(np.uint64) * weights[1:]).sum(axis=1) + block.astype(np.uint64) * weights[0]
+            block = np.unique(signature, return_inverse=True)[1].reshape(-1)
+            if block.max() + 1 == n_blocks:  # refinement only splits: same count, same partition
                 break
-            block = new_block
-        if block.max() + 1 == n:
+            n_blocks = int(block.max()) + 1
+        else:
             return self
         first = np.unique(block, return_index=True)[1]  # a representative per block
+        targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
+        if not (np.array_equal(targets, targets[first[block]])
+                and np.array_equal(self.accepting, self.accepting[first[block]])):
+            return self  # a hash collision merged distinguishable states: keep the exact DFA
+        if len(first) == n:
+            return self
         merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
         return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
 
@@ -190,16 +200,18 @@ def _closure(start: np.ndarray, table: np.ndarray, n: int) -> np.ndarray:
 
 
 def _reverse_closure(finals: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """States from which some state in `finals` is reachable (edges src -> dst)."""
+    order = np.argsort(dst, kind="stable")
+    preds = src[order]  # predecessors grouped by target (CSR)
+    offsets = np.searchsorted(dst[order], np.arange(n + 1))
     seen = np.zeros(n, dtype=bool)
     seen[finals] = True
-    order = np.argsort(dst, kind="stable")
-    src, dst = src[order], dst[order]
-    frontier = finals
+    frontier = np.asarray(finals)
     while frontier.size:
-        lo = np.searchsorted(dst, frontier, "left")
-        hi = np.searchsorted(dst, frontier, "right")
-        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(lo) else np.empty(0, int)
-        prev = np.unique(src[idx])
+        counts = offsets[frontier + 1] - offsets[frontier]
+        starts = np.repeat(offsets[frontier] - np.cumsum(counts) + counts, counts)
+        idx = starts + np.arange(counts.sum())
+        prev = np.unique(preds[idx])
         prev = prev[~seen[prev]]
         seen[prev] = True
         frontier = prev
