@@ -112,7 +112,7 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
 
 def read_model_info(server_args: ServerArgs):
     """Context length, vocabulary size and EOS ids, read from the checkpoint's config files."""
-    from sgl_runtime.managers.tokenizer_manager import ModelInfo
+    from sgl_runtime.managers.request_tokenizer import ModelInfo
     from sgl_runtime.model_config import ModelConfig
 
     config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,

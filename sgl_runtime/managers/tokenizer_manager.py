@@ -1,12 +1,12 @@
-"""The main process's side of the runtime: tokenizes and validates requests, sends them to the
-scheduler, and hands the detokenizer's outputs back to the waiting HTTP handlers (asyncio)."""
+"""The main process's side of the runtime (asyncio): sends tokenized requests to the scheduler,
+tracks them by rid, and hands the detokenizer's outputs back to the waiting HTTP handlers,
+as whole answers or streams; aborts requests whose client went away."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 import zmq
@@ -19,6 +19,7 @@ from sgl_runtime.io_struct import (
 from sgl_runtime.managers.generate_request import SingleRequest, split_generate_request
 from sgl_runtime.managers.ipc import IpcAddresses, make_socket
 from sgl_runtime.managers.request_state import ReqState
+from sgl_runtime.managers.request_tokenizer import ModelInfo, RequestTokenizer
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
@@ -32,26 +33,19 @@ class ClientDisconnected(Exception):
     """The HTTP client went away; its requests have been aborted."""
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    context_length: int
-    vocab_size: int
-    eos_token_ids: frozenset
-
-
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, addresses: IpcAddresses, metrics=None) -> None:
-        from sgl_runtime.tokenizer_utils import load_tokenizer
+    """rid -> ReqState for every request in flight; tokenizing and validation are RequestTokenizer's."""
 
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, addresses: IpcAddresses, metrics=None) -> None:
         self.server_args = server_args
         self.model_info = model_info
         self.metrics = metrics
-        self.tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.chat_template)
+        self.requests = RequestTokenizer(server_args, model_info)
+        self.tokenizer = self.requests.tokenizer
         self.states: dict[str, ReqState] = {}
         self._pending_control: dict[type, collections.deque] = {FlushCacheOut: collections.deque(),
                                                                 GetStatsOut: collections.deque()}
         self._addresses = addresses
-        self._constraint_cache = None
         self._receiver: Optional[asyncio.Task] = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -98,10 +92,11 @@ class TokenizerManager:
         singles, is_batch = split_generate_request(obj)
         if len({single.rid for single in singles}) < len(singles):
             raise InvalidRequestError("rid: the ids of a batch must be distinct")
-        prepared = [self._prepare(single) for single in singles]
+        prepared = [self.requests.prepare(single) for single in singles]
+        self._check_rids_free(prepared)
         # Constraints are compiled here (a bad one is a 400) while the scheduler, which compiles
         # them too before scheduling the request, already has it: the two compiles overlap.
-        checks = asyncio.gather(*(self._check_constraint(t.sampling_params) for t in prepared))
+        checks = asyncio.gather(*(self.requests.check_constraint(t.sampling_params) for t in prepared))
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
         try:
@@ -151,65 +146,13 @@ class TokenizerManager:
             self.abort(r)
         return len(rids)
 
-    def _prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
-        """Tokenize and validate one request; raise InvalidRequestError naming the problem."""
-        params = SamplingParams.from_dict(single.sampling_params)
-        if single.text is not None:
-            if not single.text:
-                raise InvalidRequestError("text: the prompt is empty")
-            input_ids = self.tokenizer.encode(single.text)
-        else:
-            input_ids = single.input_ids
-        self._check_prompt(input_ids, params)
-        if single.rid in self.states:
-            raise InvalidRequestError(f"rid: a request with id {single.rid!r} is already running")
-        start = single.logprob_start_len
-        return TokenizedGenerateReqInput(
-            rid=single.rid, input_text=single.text, input_ids=list(input_ids), sampling_params=params,
-            return_logprob=single.return_logprob,
-            logprob_start_len=min(start, len(input_ids) - 1) if single.return_logprob else start,
-            top_logprobs_num=single.top_logprobs_num, stream=single.stream,
-        )
+    def _check_rids_free(self, prepared: list[TokenizedGenerateReqInput]) -> None:
+        for tokenized in prepared:
+            if tokenized.rid in self.states:
+                raise InvalidRequestError(f"rid: a request with id {tokenized.rid!r} is already running")
 
-    def _check_prompt(self, input_ids: list[int], params: SamplingParams) -> None:
-        limit = self.model_info.context_length
-        if not input_ids:
-            raise InvalidRequestError("the prompt is empty (0 tokens)")
-        bad = [t for t in input_ids if not 0 <= t < self.model_info.vocab_size]
-        if bad:
-            raise InvalidRequestError(
-                f"input_ids: token id {bad[0]} is outside the vocabulary [0, {self.model_info.vocab_size})")
-        if len(input_ids) >= limit:
-            raise InvalidRequestError(f"the prompt has {len(input_ids)} tokens, the model's context length is {limit}")
-        if len(input_ids) + params.max_new_tokens > limit:
-            raise InvalidRequestError(
-                f"sampling_params.max_new_tokens: {len(input_ids)} prompt tokens + {params.max_new_tokens} new tokens "
-                f"exceed the model's context length of {limit}")
-
-    async def _check_constraint(self, params: SamplingParams) -> None:
-        """Compile the constraint (cached) so a bad one is a 400 before anything is scheduled."""
-        if params.constraint is None:
-            return
-        from sgl_runtime.constrained import ConstraintError
-
-        kind, spec = params.constraint
-        try:
-            # shield: cancelling this wait must not cancel the cache's shared future
-            await asyncio.shield(asyncio.wrap_future(self._constraints().submit(kind, spec)))
-        except ConstraintError as exc:
-            field = {"grammar": "ebnf"}.get(kind, kind)
-            raise InvalidRequestError(f"sampling_params.{field}: {exc}") from exc
-
-    def _constraints(self):
-        if self._constraint_cache is None:
-            from sgl_runtime.constrained.cache import ConstraintCache
-
-            self._constraint_cache = ConstraintCache(
-                self.tokenizer, self.model_info.vocab_size, set(self.model_info.eos_token_ids),
-                max_size=self.server_args.constrained_cache_size,
-                compile_timeout=self.server_args.constraint_compile_timeout,
-            )
-        return self._constraint_cache
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        return self.requests.chat_prompt_ids(messages)
 
     async def _warm_prefix_for_n(self, tokenized: TokenizedGenerateReqInput, updates, request) -> None:
         """For n > 1, prefill the prompt once first so the n samples share its cached KV."""
@@ -275,19 +218,6 @@ class TokenizerManager:
         self._to_scheduler.send_pyobj(message)
         return await asyncio.wait_for(future, timeout=CONTROL_TIMEOUT_S)
 
-    # ---------------------------------------------------------------- chat
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
-        from sgl_runtime.tokenizer_utils import get_chat_template
-
-        if not get_chat_template(self.tokenizer):
-            raise InvalidRequestError(
-                "this model's tokenizer has no chat template; start the server with --chat-template")
-        try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # jinja2 errors (e.g. raise_exception in the template)
-            raise InvalidRequestError(f"messages: the chat template failed: {exc}") from exc
-        return self.tokenizer.encode(text, add_special_tokens=False)
 
 
 def _expand_n(tokenized: TokenizedGenerateReqInput) -> list[TokenizedGenerateReqInput]:
