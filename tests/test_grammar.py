@@ -317,3 +317,11 @@ def test_forced_string_skips_optional_blanks_and_spans_keywords():
     assert ids == [tokens.index('goto')]
     m.advance(ids[0])
     assert m.forced_string() == ""  # a NAME follows: many continuations
+
+
+def test_case_insensitive_keywords_fold_like_python_re():
+    c = compile_grammar("sql", make_vocab(['x']))
+    parser = lark.Lark((GRAMMAR_DIR / "sql.lark").read_text(), parser="lalr")
+    for text in ["\u017felect a from t", "SELECT a FROM t \u0131nner join u on a = b",
+                 "select \u212a from t", "SELECT a FROM t WH\u0130RE x = 1", "sElEcT a FrOm t"]:
+        assert c.accepts(text) == lark_parses(parser, text), text

@@ -25,7 +25,7 @@ import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar_unicode import unicode_classes
+from sgl_runtime.constrained.grammar_unicode import folded_literal, unicode_classes
 
 
 @dataclass
@@ -53,6 +53,8 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
     if dfa is None:
         pattern = terminal.pattern.to_regexp()
         pattern = _EQUIVALENTS.get(pattern, pattern)
+        if terminal.pattern.type == "str":
+            pattern = folded_literal(terminal.pattern.value, terminal.pattern.flags) or pattern
         if _has_op(pattern, _UNSUPPORTED_OPS):
             raise ConstraintError(f"grammar terminal {terminal.name}: lookaround assertions, anchors "
                                   f"and backreferences are not supported in terminals ({pattern!r})")

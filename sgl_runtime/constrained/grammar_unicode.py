@@ -1,9 +1,13 @@
-r"""Spells Python `re`'s Unicode class escapes (\d \w \s, \D \W \S) as explicit classes.
+r"""Spells Python `re`'s Unicode class escapes (\d \w \s, \D \W \S) as explicit classes, and
+case-insensitive string terminals (`"select"i`) with every code point `re` folds together.
 
 lark's lexer runs terminal regexes on `str`, where `\d`, `\w` and `\s` match Unicode digits,
 word characters and blanks; interegular reads them as ASCII. Rewriting them as explicit code
 point ranges (computed once from `re` itself) keeps grammar terminals exact. A negated escape
-inside brackets (e.g. `[^\W]`) has no explicit spelling here and is refused.
+inside brackets (e.g. `[^\W]`) has no explicit spelling here and is refused. Likewise `re`
+matches `(?i:s)` against 'ſ' (U+017F) and `(?i:k)` against the Kelvin sign; a case-insensitive
+string is spelled as one explicit class per character (regex terminals with the i flag are left
+to interegular, which folds ASCII and simple Unicode case pairs only).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 from functools import lru_cache
+from typing import Optional
 
 from sgl_runtime.constrained.errors import ConstraintError
 
@@ -68,3 +73,24 @@ def _class_body(letter: str) -> str:
 
 def _char(cp: int) -> str:
     return f"\\U{cp:08x}" if cp > 0xFFFF else f"\\u{cp:04x}"
+
+
+def folded_literal(value: str, flags) -> Optional[str]:
+    """A regex for string `value` with the i flag, matching exactly what `re` matches, or None."""
+    if "i" not in flags:
+        return None
+    parts = []
+    for ch in value:
+        variants = sorted(_case_variants(ch))
+        parts.append(re.escape(ch) if len(variants) == 1 else "[" + "".join(map(re.escape, variants)) + "]")
+    return "".join(parts)
+
+
+def _case_variants(ch: str) -> set[str]:
+    extra = getattr(getattr(re, "_casefix", None), "_EXTRA_CASES", {})
+    found = {ch, ch.lower(), ch.upper(), ch.swapcase()}
+    for c in list(found):
+        if len(c) == 1:
+            found.update(chr(x) for x in extra.get(ord(c), ()))
+    probe = re.compile("(?i:" + re.escape(ch) + ")")
+    return {c for c in found if len(c) == 1 and probe.fullmatch(c)}
