@@ -80,3 +80,22 @@ def test_forced_text_is_jumped_over_from_the_start(engine):
     assert r["meta_info"]["forward_passes"] <= 3 < r["meta_info"]["completion_tokens"]
     fixed = engine.generate(input_ids=_prompts(1)[0], sampling_params={"regex": "fully forced"})
     assert fixed["text"] == "fully forced" and fixed["meta_info"]["forward_passes"] == 0
+
+
+def test_jump_forward_under_retraction_gives_identical_greedy_output(model_path, engine):
+    schema = {"type": "object", "properties": {
+        "a_rather_long_fixed_key": {"type": "string", "maxLength": 16},
+        "another_quite_long_key_name": {"enum": ["alpha", "beta"]}},
+        "required": ["a_rather_long_fixed_key", "another_quite_long_key_name"], "additionalProperties": False}
+    params = {"json_schema": json.dumps(schema), "temperature": 0, "max_new_tokens": 24}
+    prompts = random_prompts([4, 9, 6, 12, 3, 8], seed=43)
+    expected = engine.generate(input_ids=prompts, sampling_params=params)
+    small = Engine(model_path, device="cpu", max_total_tokens=48, chunked_prefill_size=8,
+                   schedule_conservativeness=0.1)
+    results = small.generate(input_ids=prompts, sampling_params=params)
+    assert small.scheduler.metrics.num_retractions > 0
+    assert [r["output_ids"] for r in results] == [r["output_ids"] for r in expected]
+    for r in results:  # some hit max_new_tokens (a prefix of valid JSON); the others are complete
+        if r["meta_info"]["finish_reason"]["type"] == "stop":
+            jsonschema.validate(json.loads(r["text"]), schema)
+    assert any(r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"] for r in results)
