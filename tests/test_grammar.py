@@ -216,6 +216,8 @@ def test_bad_grammars_raise_constraint_error_with_lark_message():
         compile_grammar('start: A\n%declare A\n', make_vocab(['x']))
     with pytest.raises(ConstraintError, match="non-empty string"):
         compile_grammar("", make_vocab(['x']))
+    with pytest.raises(ConstraintError, match="A: Python's re matches"):  # re takes "a" from "ab"
+        compile_grammar('start: A\nA: /a|ab/\n', make_vocab(['x']))
 
 
 def test_shipped_grammars_by_name_and_file_name():

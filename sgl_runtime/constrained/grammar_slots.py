@@ -11,6 +11,7 @@ accepting state with the type of the token lark would emit when the match ends t
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 
@@ -66,8 +67,60 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
             trans = dfa.transitions.copy()
             trans[dfa.accepting] = -1  # stop at the first accepting position
             dfa = ByteDFA(trans, dfa.initial, dfa.accepting)
+        if terminal.pattern.type == "re":
+            _check_matches_like_re(terminal.name, terminal.pattern.to_regexp(), dfa)
         cache[terminal.name] = dfa
     return dfa
+
+
+def _check_matches_like_re(name: str, pattern: str, dfa: ByteDFA, samples: int = 120) -> None:
+    """Sample strings along the DFA and check that `re.match` (lark's lexer) ends where the DFA
+    says the token ends; a terminal like /a|ab/ (re takes "a" from "ab") is refused, not masked
+    wrongly."""
+    rx, rng = re.compile(pattern), random.Random(0)
+    for _ in range(samples):
+        text = _decodable(_random_path(dfa, rng) + bytes([rng.randrange(32, 127)]) * rng.randrange(2))
+        if not text:
+            continue
+        match = rx.match(text)
+        got = len(match.group(0).encode()) if match and match.end() else -1
+        expected = _longest_accept(dfa, text.encode())
+        if got != expected:
+            raise ConstraintError(
+                f"grammar terminal {name}: Python's re matches {text!r} up to byte {got}, not up to "
+                f"byte {expected} (its longest match); put longer alternatives first")
+
+
+def _random_path(dfa: ByteDFA, rng: random.Random, max_len: int = 16) -> bytes:
+    out, state = bytearray(), dfa.initial
+    for _ in range(rng.randrange(1, max_len + 1)):
+        live = np.flatnonzero(dfa.transitions[state] >= 0)
+        if not live.size:
+            break
+        byte = int(live[rng.randrange(live.size)])
+        out.append(byte)
+        state = int(dfa.transitions[state, byte])
+    return bytes(out)
+
+
+def _decodable(data: bytes) -> str:
+    for cut in range(len(data), max(len(data) - 4, 0) - 1, -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""
+
+
+def _longest_accept(dfa: ByteDFA, data: bytes) -> int:
+    best, state = -1, dfa.initial
+    for i, byte in enumerate(data):
+        state = int(dfa.transitions[state, byte])
+        if state < 0:
+            break
+        if dfa.accepting[state]:
+            best = i + 1
+    return best
 
 
 _UNSUPPORTED_OPS = {sre_constants.ASSERT, sre_constants.ASSERT_NOT, sre_constants.AT,
