@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=["ours", "xgrammar", "llguidance", "outlines"])
     parser.add_argument("--steps", type=int, default=40, help="tokens per random walk")
     parser.add_argument("--max-schemas", type=int, default=None, help="first N schemas of each set")
-    parser.add_argument("--outlines-limit", type=int, default=10)
+    parser.add_argument("--outlines-limit", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tok = load_qwen2_tokenizer()

@@ -87,6 +87,18 @@ class TokenIndex:
     def _walk_rows(self, state: int) -> np.ndarray:
         """Final DFA state of every unique token string (by walk-table row), -1 where it dies."""
         table = self.vocabulary.walk_table()
+        live = np.nonzero(self.dfa.transitions[state] >= 0)[0]
+        offsets = table.first_byte_offsets
+        live_rows = int((offsets[live + 1] - offsets[live]).sum())
+        if live_rows * 2 > len(table.lengths):
+            return self._walk_dense(state)
+        rows = np.concatenate([table.rows_by_first_byte[offsets[b]:offsets[b + 1]] for b in live]) \
+            if live.size else np.zeros(0, dtype=np.int64)
+        return self._walk_sparse(state, rows)
+
+    def _walk_dense(self, state: int) -> np.ndarray:
+        """All rows at once, byte position by byte position (for permissive states)."""
+        table = self.vocabulary.walk_table()
         n = self.dfa.n_states
         states = np.full(len(table.lengths), state, dtype=np.int64)
         flat = self._flat
@@ -98,6 +110,23 @@ class TokenIndex:
             else:
                 states[:count] = flat[head * 256 + table.matrix[j, :count]]
         return np.where(states == n, -1, states)
+
+    def _walk_sparse(self, state: int, rows: np.ndarray) -> np.ndarray:
+        """Only `rows` (those whose first byte is live), dropping rows as they die or end."""
+        table = self.vocabulary.walk_table()
+        dead, flat = self.dfa.n_states, self._flat
+        final = np.full(len(table.lengths), -1, dtype=np.int64)
+        states = np.full(len(rows), state, dtype=np.int64)
+        j = 0
+        while rows.size:
+            states = flat[states * 256 + table.matrix[j, rows]]
+            j += 1
+            keep = states != dead
+            rows, states = rows[keep], states[keep]
+            done = table.lengths[rows] == j
+            final[rows[done]] = states[done]
+            rows, states = rows[~done], states[~done]
+        return final
 
     def _rows_to_tokens(self, allowed_rows: np.ndarray) -> np.ndarray:
         token_row = self.vocabulary.walk_table().token_row

@@ -125,6 +125,7 @@ class WalkTable:
     `order[r]` is the unique-string index of row r; rows are sorted by length, longest first,
     so the strings longer than j are exactly rows [0, counts[j]). `matrix[j, r]` is byte j of
     row r (0 past its end). `lengths[r]` is its length. `token_row[i]` is token i's row or -1.
+    `rows_by_first_byte[first_byte_offsets[b]:first_byte_offsets[b + 1]]` are the rows starting with b.
     """
 
     def __init__(self, strings: list[bytes], token_to_unique: np.ndarray) -> None:
@@ -135,6 +136,10 @@ class WalkTable:
         self.counts = np.array([(self.lengths > j).sum() for j in range(max_len)], dtype=np.int64)
         flat = np.frombuffer(b"".join(strings[r].ljust(max_len, b"\0") for r in self.order), dtype=np.uint8)
         self.matrix = np.ascontiguousarray(flat.reshape(len(strings), max_len).T)  # [max_len, n_unique]
+        by_first = np.argsort(self.matrix[0] if max_len else np.zeros(0, np.uint8), kind="stable")
+        self.rows_by_first_byte = by_first  # rows grouped by their first byte
+        self.first_byte_offsets = np.searchsorted(self.matrix[0][by_first] if max_len else by_first,
+                                                  np.arange(257))  # group b: [offsets[b], offsets[b+1])
         row_of_unique = np.empty(len(strings), dtype=np.int64)
         row_of_unique[self.order] = np.arange(len(strings))
         self.token_row = np.where(token_to_unique >= 0, row_of_unique[np.maximum(token_to_unique, 0)], -1)
