@@ -4,15 +4,15 @@ A *run* pushes a set of (token, byte offset) rows through one lexer context's pr
 automaton, one byte column at a time with numpy, from a product state. Each row ends INSIDE
 the current token (grouped by final state), closes a token (grouped by type and where it
 ended), or dies. Runs depend only on (rows, context, product state, tail length), never on
-the parser stack, so they are cached and shared; the parser only decides, per group, which
+the parser stack, so they are cached and shared (row sets are keyed by content); the parser only decides, per group, which
 closed types it accepts (and the stack to continue the closed groups' remainders from).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import count
 from typing import Optional
 
 import numpy as np
@@ -64,13 +64,12 @@ class Group:
 
 @dataclass
 class Run:
-    id: int
     inside: list = field(default_factory=list)  # [(final product state, Group)]
     closes: list = field(default_factory=list)  # [(closed type, ended in tail?, Group)]
 
 
 def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
-         rows: np.ndarray, offs: np.ndarray, run_id: int) -> Run:
+         rows: np.ndarray, offs: np.ndarray) -> Run:
     """Push every row through `ctx` from product state `x0` (see the module docstring)."""
     rem = table.lens[rows] - offs
     order = np.argsort(-rem.astype(np.int32), kind="stable")  # longest first: finished rows trail
@@ -102,7 +101,7 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
         st = nxt_flat[flat_i].astype(np.int64)
         la[code == ACCEPT] = j + 1
         j += 1
-    run = Run(run_id)
+    run = Run()
     if inside:
         _group_inside(run, ctx, *(np.concatenate(x) for x in zip(*inside)), rows, offs, table)
     if closes:
@@ -135,8 +134,17 @@ def _group_closes(run: Run, idx, types, ends, rows, offs) -> None:
     for k, part in _split(types.astype(np.int64) * 2 + in_tail):
         t, tail_flag = k // 2, bool(k % 2)
         sel = idx[part]
-        new_offs = offs[sel] if tail_flag else offs[sel] + ends[part]
-        run.closes.append((t, tail_flag, Group(("close", k), rows[sel], new_offs)))
+        new_rows = rows[sel].astype(np.int64)
+        new_offs = (offs[sel] if tail_flag else offs[sel] + ends[part]).astype(np.int64)
+        run.closes.append((t, tail_flag, Group(_content_key(new_rows, new_offs), new_rows, new_offs)))
+
+
+def _content_key(rows: np.ndarray, offs: np.ndarray) -> tuple:
+    """A key naming a row set by content, so equal remainders share runs across parents (e.g.
+    every token that starts with a blank, after whichever token that blank closed)."""
+    digest = hashlib.blake2b(rows.tobytes(), digest_size=16)
+    digest.update(offs.tobytes())
+    return ("rows", digest.digest())
 
 
 class MaskBuilder:
@@ -147,7 +155,6 @@ class MaskBuilder:
         self.table = table
         self._runs: OrderedDict = OrderedDict()
         self._max_runs = max_runs
-        self._ids = count()
 
     def mask(self, state: GrammarState) -> np.ndarray:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
@@ -188,7 +195,7 @@ class MaskBuilder:
                 nxt = engine.feed(nxt, state.tail)
                 if nxt is None:
                     continue
-            self._collect(nxt, (run.id, g.key), g.rows, g.offs, ids, packed)
+            self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
 
     def _run(self, ctx: LexerContext, state: GrammarState, rows_key, rows, offs) -> Run:
         key = (rows_key, id(ctx), state.lex, len(state.tail))
@@ -197,7 +204,7 @@ class MaskBuilder:
             if rows is None:  # all tokens: skip those whose first byte is dead right away
                 rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
                 offs = np.zeros(len(rows), dtype=np.int64)
-            run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs, next(self._ids))
+            run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs)
             self._runs[key] = run
             if len(self._runs) > self._max_runs:
                 self._runs.popitem(last=False)
