@@ -58,8 +58,11 @@ class Utf8Expander:
         first = block[:, 0]
         uniform = (block == first[:, None]).all(axis=1)
         clipped = lo < min_cp
-        for s in np.nonzero(uniform & ((first >= 0) if not clipped else np.zeros_like(uniform)))[0]:
-            table[s, lead] = self._chain(k, int(first[s]))
+        chained = np.nonzero(uniform & (first >= 0) & (not clipped))[0]
+        if chained.size:
+            targets, inverse = np.unique(first[chained], return_inverse=True)
+            chain_ids = np.array([self._chain(k, int(t)) for t in targets], dtype=np.int32)
+            table[chained, lead] = chain_ids[inverse.reshape(-1)]
         for s in np.nonzero(~uniform | (clipped & (first >= 0)))[0]:
             table[s, lead] = self._node(seg[s], k, lo, min_cp)
 
@@ -91,8 +94,9 @@ class Utf8Expander:
         partial = (clo < min_cp) & (chi >= min_cp)
         uniform = (changes[cj] == changes[ci]) & ~partial
         row = np.full(256, -1, dtype=np.int32)
-        for c in np.nonzero(uniform & (chi >= min_cp) & (first >= 0))[0]:
-            row[0x80 + c] = self._chain(k - 1, int(first[c]))
+        chained = np.nonzero(uniform & (chi >= min_cp) & (first >= 0))[0]
+        for t in np.unique(first[chained]):
+            row[0x80 + chained[first[chained] == t]] = self._chain(k - 1, int(t))
         for c in np.nonzero(~uniform & (chi >= min_cp))[0]:
             row[0x80 + c] = self._node(targets, k - 1, int(clo[c]), min_cp)
         self._nodes[key] = state = self._new_state(row)
