@@ -231,8 +231,7 @@ def test_whitespace_option_is_bounded():
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     ({"$dynamicRef": "#x"}, "$dynamicRef"),
-    ({"oneOf": [{"anyOf": [{"properties": {"a": {}}}, {"required": ["b"]}]}, {"type": "string"}],
-      "unevaluatedProperties": False}, "unevaluatedProperties"),
+    ({"anyOf": [{"required": [k]} for k in "abcde"], "unevaluatedProperties": False}, "unevaluatedProperties"),
     ({"$ref": "https://example.com/schema"}, "$ref"),
     ({"pattern": "\\p{L}"}, "pattern"),
     ({"type": "strng"}, "type"),
@@ -276,3 +275,10 @@ def test_state_bound_gives_clear_error(monkeypatch):
     monkeypatch.setattr(automata, "MAX_STATES", 50)
     with pytest.raises(ConstraintError, match="too large"):
         schema_to_dfa({"type": "string", "maxLength": 137})
+
+
+def test_work_budget_bounds_compile_time():
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 40} for i in range(6)}}
+    schema_to_dfa(schema)
+    with pytest.raises(ConstraintError, match="too complex"):
+        schema_to_dfa(schema, max_work_states=50)

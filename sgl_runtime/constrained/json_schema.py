@@ -24,7 +24,7 @@ from interegular.fsm import FSM
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema_arrays import array_dfa
-from sgl_runtime.constrained.json_schema_automata import EMPTY, Dfa, literal, to_interegular
+from sgl_runtime.constrained.json_schema_automata import EMPTY, Dfa, literal, to_interegular, work_budget
 from sgl_runtime.constrained.json_schema_ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema_formats import format_content
 from sgl_runtime.constrained.json_schema_numbers import number_dfa
@@ -52,21 +52,22 @@ UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3) -> FSM:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> FSM:
     """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
 
     whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
     lenient: ignore unsupported keywords instead of raising ConstraintError.
     max_recursion_depth: how many times a recursive $ref is unrolled along one path.
     max_nesting_depth: free-form values (no structural constraints) nest containers this deep.
+    max_work_states: bound on all automaton states built while compiling (bounds compile time).
     """
     return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
                                         max_recursion_depth=max_recursion_depth,
-                                        max_nesting_depth=max_nesting_depth))
+                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states))
 
 
 def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3) -> Dfa:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
         import json
@@ -75,8 +76,10 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
             schema = json.loads(schema)
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
-    compiler = _Compiler(schema, _tokens(whitespace), lenient, max_recursion_depth, max_nesting_depth)
-    return compiler.compile(schema, 0, NORMAL)
+    tokens = _tokens(whitespace)
+    with work_budget(max_work_states):
+        compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
+        return compiler.compile(schema, 0, NORMAL)
 
 
 @functools.lru_cache(maxsize=16)

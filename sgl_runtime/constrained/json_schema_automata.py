@@ -8,6 +8,8 @@ combine Dfas (json_schema_ops) always return minimal Dfas.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
@@ -173,9 +175,28 @@ def _charsets_of(dfas: Iterable[Dfa]) -> list[Charset]:
     return [cs for d in dfas for edges in d.edges for cs, _ in edges]
 
 
+_WORK_LEFT: contextvars.ContextVar = contextvars.ContextVar("json_schema_work_left", default=None)
+
+
+@contextlib.contextmanager
+def work_budget(states: int):
+    """Bounds the total automaton states built (in this context) while compiling one schema."""
+    token = _WORK_LEFT.set([states, states])
+    try:
+        yield
+    finally:
+        _WORK_LEFT.reset(token)
+
+
 def _check_size(n: int, what: str) -> None:
     if n > MAX_STATES:
         raise ConstraintError(f"JSON Schema automaton too large ({what} exceeds {MAX_STATES} states)")
+    left = _WORK_LEFT.get()
+    if left is not None:
+        left[0] -= 1
+        if left[0] < 0:
+            raise ConstraintError(f"JSON Schema too complex: compiling it needs more than {left[1]} automaton "
+                                  "states in total (raise max_work_states)")
 
 
 # ----------------------------------------------------------------------------- minimize

@@ -4,9 +4,9 @@ Which keys (items) count as evaluated depends on which subschemas an instance sa
 instance space is split into cases by exact branch conditions (anyOf subsets, the one oneOf
 branch, if or else, each dependentSchemas key present or not); in each case the evaluated
 set is static: property names, patterns, "all" (additionalProperties or a nested unevaluated*),
-or for arrays a prefix length / "all". The constraint is the union over cases of
-(condition & every unevaluated key/item satisfies the schema). Branches whose own evaluation is
-itself case-dependent, and `contains` with unevaluatedItems, are unsupported.
+or for arrays a prefix length / "all" / items matching a `contains`. The constraint is the
+union over cases of (condition & every unevaluated key/item satisfies the schema). Branches
+nest: their cases are crossed with the enclosing condition (bounded by MAX_CASES).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ class Evaluated:
     patterns: frozenset = frozenset()
     prefix: int = 0
     everything: bool = False
+    contains: tuple = ()  # `contains` subschemas: an item matching one of them is evaluated
 
     def __or__(self, other: "Evaluated") -> "Evaluated":
+        contains = self.contains + tuple(c for c in other.contains if not any(c is d for d in self.contains))
         return Evaluated(self.names | other.names, self.patterns | other.patterns,
-                         max(self.prefix, other.prefix), self.everything or other.everything)
+                         max(self.prefix, other.prefix), self.everything or other.everything, contains)
 
 
 def needs_case_split(schema: dict) -> bool:
@@ -74,7 +76,8 @@ def _check(comp, keyword: str, rest_schema, ev: Evaluated, level: int, mode: int
                                "patternProperties": {p: True for p in sorted(ev.patterns)},
                                "additionalProperties": rest_schema})
         return object_dfa(comp, synthetic, level, check_mode)
-    synthetic = comp.keep({"prefixItems": [True] * ev.prefix, "items": rest_schema})
+    items = comp.keep({"anyOf": [rest_schema, *ev.contains]}) if ev.contains else rest_schema
+    synthetic = comp.keep({"prefixItems": [True] * ev.prefix, "items": items})
     return array_dfa(comp, synthetic, level, check_mode)
 
 
@@ -105,7 +108,8 @@ class _Cases:
             cases = _cross(cases, self.if_then_else(schema, depth))
         for key, sub in schema.get("dependentSchemas", {}).items():
             has_key = self.exact(self.comp.keep({"type": "object", "required": [key]}))
-            cases = _cross(cases, [(has_key, self.static(sub, depth)), (difference(_SIGMA_STAR, has_key), Evaluated())])
+            cases = _cross(cases, self.conditioned(sub, has_key, depth)
+                           + [(difference(_SIGMA_STAR, has_key), Evaluated())])
         return cases
 
     def own(self, schema: dict, depth: int) -> Evaluated:
@@ -114,43 +118,44 @@ class _Cases:
             return Evaluated(names=frozenset(props), patterns=frozenset(schema.get("patternProperties", {})),
                              everything=(depth > 0 and "unevaluatedProperties" in schema)
                              or "additionalProperties" in schema)
-        if "contains" in schema:
-            raise ConstraintError("unevaluatedItems: items evaluated by `contains` are not supported")
         return Evaluated(prefix=len(schema.get("prefixItems", [])),
-                         everything=(depth > 0 and "unevaluatedItems" in schema) or "items" in schema)
+                         everything=(depth > 0 and "unevaluatedItems" in schema) or "items" in schema,
+                         contains=(schema["contains"],) if "contains" in schema else ())
 
-    def static(self, schema, depth: int) -> Evaluated:
-        cases = self.of(schema, depth + 1)
-        if len(cases) != 1 or cases[0][0] is not None:
-            raise ConstraintError(f"{self.keyword}: nested case-dependent evaluation is not supported")
-        return cases[0][1]
+    def conditioned(self, schema, cond: Dfa | None, depth: int) -> list:
+        """The cases of `schema` (a branch), each restricted to `cond`."""
+        return _cross([(cond, Evaluated())], self.of(schema, depth + 1))
 
     def any_of(self, branches: list, depth: int) -> list:
         if len(branches) > MAX_BRANCHES:
             raise ConstraintError(f"{self.keyword}: anyOf with more than {MAX_BRANCHES} branches")
-        evs = [self.static(b, depth) for b in branches]
         exacts = [self.exact(b) for b in branches]
         cases = []
         for r in range(1, len(branches) + 1):
             for chosen in combinations(range(len(branches)), r):
                 inside = intersect(*(exacts[i] for i in chosen))
                 cond = difference(inside, *(exacts[j] for j in range(len(branches)) if j not in chosen))
-                ev = Evaluated()
+                if cond.is_empty():
+                    continue
+                sub = [(cond, Evaluated())]
                 for i in chosen:
-                    ev = ev | evs[i]
-                cases.append((cond, ev))
+                    sub = _cross(sub, self.of(branches[i], depth + 1))
+                cases += sub
         return cases
 
     def one_of(self, branches: list, depth: int) -> list:
-        evs = [self.static(b, depth) for b in branches]  # first: fails fast when unsupported
         exacts = [self.exact(b) for b in branches]
-        return [(difference(exacts[i], *(exacts[:i] + exacts[i + 1:])), evs[i]) for i in range(len(branches))]
+        cases = []
+        for i, branch in enumerate(branches):
+            cond = difference(exacts[i], *(exacts[:i] + exacts[i + 1:]))
+            cases += self.conditioned(branch, cond, depth)
+        return cases
 
     def if_then_else(self, schema: dict, depth: int) -> list:
-        then_ev = self.static(schema["if"], depth) | self.static(schema.get("then", True), depth)
-        else_ev = self.static(schema.get("else", True), depth)
         cond = self.exact(schema["if"])
-        return [(cond, then_ev), (difference(_SIGMA_STAR, cond), else_ev)]
+        then_cases = _cross(self.conditioned(schema["if"], cond, depth), self.of(schema.get("then", True), depth + 1))
+        else_cases = self.conditioned(schema.get("else", True), difference(_SIGMA_STAR, cond), depth)
+        return then_cases + else_cases
 
 
 def _cross(left: list, right: list) -> list:
