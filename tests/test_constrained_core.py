@@ -170,3 +170,21 @@ def test_utf8_validity_of_any_char():
         assert not dfa.accepts(bad)
     for good in ("\x00", "\u07ff", "\ud7ff", "\ue000", "\U0010ffff", "日本"):
         assert dfa.accepts(good)
+
+
+def test_json_schema_dispatch_accepts_dict_string_and_bool():
+    tok = _byte_level_tokenizer()
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": False}
+    for spec in (schema, __import__("json").dumps(schema)):
+        c = compile_constraint("json_schema", spec, tok)
+        assert c.accepts('{"a":12}') and not c.accepts('{"a":"x"}') and not c.accepts('{"a": 12}')
+    assert compile_constraint("json_schema", True, tok).accepts("[1]")
+    spaced = compile_constraint("json_schema", schema, tok, whitespace=r"[ ]?")
+    assert spaced.accepts('{"a": 12}')
+    with pytest.raises(ConstraintError, match="not valid JSON"):
+        compile_constraint("json_schema", "{not json", tok)
+    with pytest.raises(ConstraintError, match="unknown json_schema option"):
+        compile_constraint("json_schema", schema, tok, colour="red")
+    with pytest.raises(ConstraintError):
+        compile_constraint("json_schema", 42, tok)
