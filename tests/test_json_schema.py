@@ -282,3 +282,23 @@ def test_work_budget_bounds_compile_time():
     schema_to_dfa(schema)
     with pytest.raises(ConstraintError, match="too complex"):
         schema_to_dfa(schema, max_work_states=50)
+
+
+@pytest.mark.parametrize("schema,keyword", [
+    ({"minLength": -1}, "minLength"), ({"maxItems": "3"}, "maxItems"), ({"enum": "x"}, "enum"),
+    ({"properties": []}, "properties"), ({"required": "a"}, "required"), ({"pattern": 5}, "pattern"),
+    ({"pattern": "("}, "pattern"), ({"items": 5}, "schema must be"), ({"allOf": []}, "allOf"),
+    ({"multipleOf": 0}, "multipleOf"), ({"minimum": "a"}, "minimum"), ({"$ref": "#/$defs/missing"}, "ref"),
+    ({"dependentRequired": {"a": "b"}}, "dependentRequired"), ("{not json", "JSON"), ([1], "schema must be"),
+])
+def test_invalid_schemas_raise_naming_the_problem(schema, keyword):
+    with pytest.raises(ConstraintError, match=re.escape(keyword)):
+        schema_to_fsm(schema)
+
+
+def test_very_deep_schema_is_a_clear_error():
+    schema: dict = {}
+    for _ in range(3000):
+        schema = {"not": schema}
+    with pytest.raises(ConstraintError):
+        schema_to_dfa(schema)

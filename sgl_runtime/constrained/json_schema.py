@@ -8,6 +8,11 @@ them in any order. Within that language the FSM is exact: every accepted string 
 valid instances are rejected only where documented (free-form values nested deeper than
 `max_nesting_depth`, `$ref` recursion deeper than `max_recursion_depth`, format subsets).
 
+Objects with duplicate keys have no JSON Schema meaning and are outside these semantics: the
+FSM never repeats a key the schema names, but free-form parts (extra keys of an object that
+allows them) may repeat a key, and a complement (`not`, `oneOf`, `if`, dependentSchemas)
+does not see through such repetitions.
+
 allOf, oneOf, not and if/then/else use DFA intersection, difference and complement. A schema
 under `not` (or a `oneOf` branch, or an `if`) is compiled in *exact* mode, where every named
 key may appear in any order and formats are annotations, so that its complement is exact.
@@ -78,8 +83,11 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
     tokens = _tokens(whitespace)
     with work_budget(max_work_states):
-        compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
-        return compiler.compile(schema, 0, NORMAL)
+        try:
+            compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
+            return compiler.compile(schema, 0, NORMAL)
+        except RecursionError:
+            raise ConstraintError("json_schema: schema nested too deeply to compile") from None
 
 
 @functools.lru_cache(maxsize=16)

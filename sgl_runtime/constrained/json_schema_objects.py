@@ -46,6 +46,10 @@ class _ObjectSpec:
         self.additional = schema.get("additionalProperties", True)
         self.patterns = _get(schema, "patternProperties", dict, {})
         self.deps = _get(schema, "dependentRequired", dict, {})
+        if any(not isinstance(v, list) or not all(isinstance(x, str) for x in v) for v in self.deps.values()):
+            raise ConstraintError("dependentRequired: each value must be a list of property names")
+        if not all(isinstance(k, str) for k in self.required):
+            raise ConstraintError("required: expected a list of property names")
         self.min_props = count_keyword(schema, "minProperties", 0)
         self.max_props = count_keyword(schema, "maxProperties", None)
         names = schema.get("propertyNames")
