@@ -17,8 +17,10 @@ from sgl_runtime.constrained.bitmask import apply_token_bitmask_torch_
 from sgl_runtime.kernels import bitmask_triton
 from sgl_runtime.kernels.decode_attention import DecodeWorkspace, decode_attention, decode_attention_torch, num_splits_for
 from sgl_runtime.kernels.extend_attention import extend_attention, extend_attention_torch
-from sgl_runtime.kernels.rmsnorm import rmsnorm, rmsnorm_torch
-from sgl_runtime.kernels.rotary import apply_rotary, apply_rotary_torch
+from sgl_runtime.kernels import fusion
+from sgl_runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_torch, rmsnorm, rmsnorm_torch
+from sgl_runtime.kernels.rotary import apply_rotary, apply_rotary_, apply_rotary_torch
+from sgl_runtime.kernels.silu_and_mul import silu_and_mul, silu_and_mul_torch
 from sgl_runtime.kernels.store_kv import store_kv, store_kv_torch
 
 pytestmark = pytest.mark.gpu
@@ -125,6 +127,85 @@ def test_rotary_matches_reference(heads, dim):
     out = apply_rotary(q, cos, sin)
     assert _rel_err(out, apply_rotary_torch(q, cos, sin)) < 1e-2
     assert _rel_err(out.reshape(257, -1), rope.rotate(qkv[:, : heads * dim], (cos, sin))) < 1e-2
+
+
+@pytest.mark.parametrize("hidden", [512, 3584, 4096])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_add_rmsnorm_matches_reference(hidden, dtype):
+    x = torch.randn(300, hidden * 2, device=DEVICE).to(dtype)[:, :hidden]  # strided rows
+    residual = (torch.randn(300, hidden, device=DEVICE) * 3).to(dtype)
+    weight = (torch.rand(hidden, device=DEVICE) + 0.5).to(dtype)
+    out, new_residual = fused_add_rmsnorm(x, residual, weight, 1e-6)
+    ref, ref_residual = fused_add_rmsnorm_torch(x, residual, weight, 1e-6)
+    if DEVICE == "cuda":  # rounds to nearest-even as torch's add does (the CPU interpreter truncates bf16)
+        assert torch.equal(new_residual, ref_residual)
+    assert _rel_err(new_residual, ref_residual) < 1e-2
+    assert out.dtype == ref.dtype and _rel_err(out, ref) < 1e-2
+    assert out.shape == new_residual.shape == (300, hidden)
+
+
+@pytest.mark.parametrize("heads,dim", [(28, 128), (32, 128), (16, 64)])
+def test_rmsnorm_per_head_on_fused_qkv_slice(heads, dim):
+    qkv = torch.randn(77, (heads + 8) * dim, device=DEVICE).to(torch.bfloat16)
+    q = qkv[:, : heads * dim].unflatten(-1, (heads, dim))  # [T, H, D], token stride of qkv (Qwen3's q_norm)
+    weight = (torch.rand(dim, device=DEVICE) + 0.5).to(torch.bfloat16)
+    out = rmsnorm(q, weight, 1e-6)
+    assert out.shape == (77, heads, dim) and out.is_contiguous()
+    assert _rel_err(out, rmsnorm_torch(q, weight, 1e-6)) < 1e-2
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(32, 8, 128), (28, 4, 128), (8, 2, 64)])
+def test_rotary_in_place_on_fused_qkv(heads, kv_heads, dim):
+    from sgl_runtime.layers.rotary_embedding import RotaryEmbedding
+
+    rope = RotaryEmbedding(dim, {"rope_theta": 1000000.0}).to(DEVICE)
+    cos, sin = rope.cos_sin(torch.randint(0, 30000, (131,), device=DEVICE))
+    qkv = torch.randn(131, (heads + 2 * kv_heads) * dim, device=DEVICE).to(torch.bfloat16)
+    before = qkv.clone().unflatten(-1, (heads + 2 * kv_heads, dim))
+    qk = qkv[:, : (heads + kv_heads) * dim].unflatten(-1, (heads + kv_heads, dim))  # q and k heads, side by side
+    assert apply_rotary_(qk, cos, sin).data_ptr() == qkv.data_ptr()
+    after = qkv.unflatten(-1, (heads + 2 * kv_heads, dim))
+    expected = apply_rotary_torch(before[:, : heads + kv_heads], cos, sin)
+    assert _rel_err(after[:, :heads], expected[:, :heads]) < 1e-2
+    assert _rel_err(after[:, heads : heads + kv_heads], expected[:, heads:]) < 1e-2
+    assert torch.equal(after[:, heads + kv_heads :], before[:, heads + kv_heads :])  # v untouched
+
+
+@pytest.mark.parametrize("inter", [1000, 14336, 18944])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_silu_and_mul_matches_reference(inter, dtype):
+    x = (torch.randn(65, 2 * inter, device=DEVICE) * 3).to(dtype)
+    out = silu_and_mul(x)
+    assert out.shape == (65, inter) and out.dtype == dtype
+    assert _rel_err(out, silu_and_mul_torch(x)) < 1e-2
+    strided = torch.randn(9, 2 * inter + 64, device=DEVICE).to(dtype)[:, : 2 * inter]
+    assert _rel_err(silu_and_mul(strided), silu_and_mul_torch(strided)) < 1e-2
+
+
+@pytest.mark.parametrize("arch", ["llama3", "qwen2", "qwen3"])
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_fused_layers_match_torch_layers(arch, dtype, tolerance, tmp_path, monkeypatch):
+    """The whole model (hidden 96, intermediate 200) with fused kernels against the exact torch layers.
+
+    float32 makes the comparison sharp (the paths agree to ~1e-7; a wiring slip such as leaving k
+    unrotated or scaling the MLP by 5% moves the logits by 1e-2 / 4e-3); bfloat16 covers the casts."""
+    from model_fixtures import ForwardHarness, make_tiny_checkpoint
+    from sgl_runtime.model_executor.forward_batch import ForwardMode
+    from sgl_runtime.model_loader import load_model
+
+    overrides = dict(hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=2)
+    model = load_model(make_tiny_checkpoint(arch, tmp_path, **overrides), dtype, DEVICE)
+    prompts = [[5, 17, 400, 9000, 33, 151000, 7], [42] * 12]
+    logits = {}
+    for fused in (True, False):
+        monkeypatch.setattr(fusion, "use_fused_kernels", lambda x, fused=fused: fused)
+        harness = ForwardHarness(model, dtype=dtype, device=DEVICE)
+        slots = [harness.new_request() for _ in prompts]
+        prefill = harness.run_forward([(s, 0, p) for s, p in zip(slots, prompts)])
+        decode = harness.run_forward([(s, len(p), [11]) for s, p in zip(slots, prompts)], ForwardMode.DECODE)
+        logits[fused] = torch.cat(prefill + decode)
+    assert not logits[True].isnan().any()
+    assert _rel_err(logits[True], logits[False]) < tolerance
 
 
 # ---------------------------------------------------------------------- full model

@@ -1,4 +1,7 @@
-"""Rotary position embedding (neox / rotate-half style), with default, linear and llama3 frequency scaling."""
+"""Rotary position embedding (neox / rotate-half style), with default, linear and llama3 frequency scaling.
+
+`rotate` is the exact torch code (the CPU path); `rotate_` rotates in place, one Triton kernel on CUDA.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from sgl_runtime.kernels import fusion
+from sgl_runtime.kernels.rotary import apply_rotary_
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -65,3 +71,9 @@ class RotaryEmbedding(nn.Module):
         half = self.head_dim // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return (x * cos + rotated * sin).view(shape)
+
+    def rotate_(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Rotate x [T, H, D] (token/head strides free, e.g. a view into the fused qkv output) in place."""
+        if fusion.use_fused_kernels(x) and x.stride(-1) == 1:
+            return apply_rotary_(x, *cos_sin)
+        return x.copy_(self.rotate(x, cos_sin))

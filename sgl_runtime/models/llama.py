@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from sgl_runtime.kernels import fusion
 from sgl_runtime.layers.activation import SiluAndMul
 from sgl_runtime.layers.layernorm import RMSNorm
 from sgl_runtime.layers.radix_attention import RadixAttention
@@ -48,13 +49,34 @@ class LlamaAttention(nn.Module):
         return {"q": (0, self.q_size), "k": (self.q_size, self.kv_size), "v": (self.q_size + self.kv_size, self.kv_size)}
 
     def forward(self, hidden: torch.Tensor, cos_sin, rotary: RotaryEmbedding, forward_batch: ForwardBatch) -> torch.Tensor:
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)  # [T, H*D], [T, Hkv*D] x2
+        qkv = self.qkv_proj(hidden)  # [T, (H + 2*Hkv) * D]
+        if fusion.use_fused_kernels(qkv):
+            q, k, v = self._rotated_in_place(qkv, cos_sin, rotary)
+        else:
+            q, k, v = self._rotated(qkv, cos_sin, rotary)
+        out = self.attn(q, k, v, forward_batch)  # [T, H*D]
+        return self.o_proj(out)
+
+    def _rotated(self, qkv: torch.Tensor, cos_sin, rotary: RotaryEmbedding):
+        """The exact torch path: split, optional q/k norm, rotate into new tensors."""
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)  # [T, H*D], [T, Hkv*D] x2
         if self.qk_norm:
             q = self.q_norm(q.reshape(-1, self.num_heads, self.head_dim))  # [T, H, D]
             k = self.k_norm(k.reshape(-1, self.num_kv_heads, self.head_dim))  # [T, Hkv, D]
         q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
-        out = self.attn(q.reshape(-1, self.q_size), k.reshape(-1, self.kv_size), v, forward_batch)  # [T, H*D]
-        return self.o_proj(out)
+        return q.reshape(-1, self.q_size), k.reshape(-1, self.kv_size), v
+
+    def _rotated_in_place(self, qkv: torch.Tensor, cos_sin, rotary: RotaryEmbedding):
+        """Fused path: q and k heads sit side by side in each qkv row, so one in-place kernel rotates
+        both, and q, k, v stay strided views of qkv (the attention kernels take strided rows)."""
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)  # views, row stride of qkv
+        if self.qk_norm:  # the norms write new dense tensors; rotate those in place
+            q = rotary.rotate_(self.q_norm(q.unflatten(-1, (self.num_heads, self.head_dim))), cos_sin)
+            k = rotary.rotate_(self.k_norm(k.unflatten(-1, (self.num_kv_heads, self.head_dim))), cos_sin)
+            return q.flatten(1), k.flatten(1), v
+        qk = qkv[:, : self.q_size + self.kv_size].unflatten(-1, (self.num_heads + self.num_kv_heads, self.head_dim))
+        rotary.rotate_(qk, cos_sin)  # [T, H + Hkv, D], in place
+        return q, k, v
 
 
 class LlamaMLP(nn.Module):
@@ -80,9 +102,16 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, cos_sin, rotary: RotaryEmbedding, forward_batch: ForwardBatch) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos_sin, rotary, forward_batch)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, cos_sin, rotary: RotaryEmbedding,
+                forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) -> (this layer's MLP output, the running residual); their sum is the HF hidden state."""
+        if residual is None:  # first layer: the embeddings are the residual
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)  # residual += hidden; norm (one kernel on CUDA)
+        hidden = self.self_attn(hidden, cos_sin, rotary, forward_batch)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaModel(nn.Module):
@@ -95,12 +124,14 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.embed_tokens(input_ids)  # [T, hidden]
         cos_sin = self.rotary_emb.cos_sin(positions)  # once per forward, shared by the layers
+        residual = None
         for layer in self.layers:
-            hidden = layer(hidden, cos_sin, self.rotary_emb, forward_batch)
-        return hidden  # [T, hidden], before the final norm
+            hidden, residual = layer(hidden, residual, cos_sin, self.rotary_emb, forward_batch)
+        return hidden, residual  # [T, hidden] each; their sum goes into the final norm
 
 
 class LlamaForCausalLM(nn.Module):
@@ -136,8 +167,12 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
-        hidden = self.model(input_ids, positions, forward_batch)  # [T, hidden]
-        hidden = self.model.norm(hidden[forward_batch.logits_indices])  # [L, hidden]
+        hidden, residual = self.model(input_ids, positions, forward_batch)  # [T, hidden] each
+        rows = forward_batch.logits_indices
+        if residual is None:  # a model without layers
+            hidden = self.model.norm(hidden[rows])  # [L, hidden]
+        else:
+            hidden, _ = self.model.norm(hidden[rows], residual[rows])  # [L, hidden]
         return self.lm_head(hidden).float()  # [L, vocab]
 
     @torch.no_grad()
