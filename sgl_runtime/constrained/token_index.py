@@ -97,19 +97,18 @@ class TokenIndex:
         return self._walk_sparse(state, rows)
 
     def _walk_dense(self, state: int) -> np.ndarray:
-        """All rows at once, byte position by byte position (for permissive states)."""
+        """All token strings at once by walking the vocabulary's prefix trie level by level
+        (333k nodes for Qwen2.5's 976k token bytes); for permissive states."""
         table = self.vocabulary.walk_table()
-        n = self.dfa.n_states
-        states = np.full(len(table.lengths), state, dtype=np.int64)
-        flat = self._flat
-        for j, count in enumerate(table.counts):
-            head = states[:count]
-            if j > 0 and count > 4096:  # skip rows that already died
-                alive = np.nonzero(head != n)[0]
-                head[alive] = flat[head[alive] * 256 + table.matrix[j, alive]]
-            else:
-                states[:count] = flat[head * 256 + table.matrix[j, :count]]
-        return np.where(states == n, -1, states)
+        dead, flat = self.dfa.n_states, self._flat
+        final = np.full(len(table.lengths), dead, dtype=np.int64)
+        states = np.array([state], dtype=np.int64)  # the root
+        counts = np.append(table.counts, 0)
+        for j, (parent, byte) in enumerate(zip(table.trie_parent, table.trie_byte)):
+            states = flat[states[parent] * 256 + byte]  # [nodes at depth j + 1]
+            ending = slice(counts[j + 1], counts[j])  # rows of length j + 1 (sorted longest first)
+            final[ending] = states[table.row_node[ending]]
+        return np.where(final == dead, -1, final)
 
     def _walk_sparse(self, state: int, rows: np.ndarray) -> np.ndarray:
         """Only `rows` (those whose first byte is live), dropping rows as they die or end."""

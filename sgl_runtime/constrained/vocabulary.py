@@ -140,9 +140,27 @@ class WalkTable:
         self.rows_by_first_byte = by_first  # rows grouped by their first byte
         self.first_byte_offsets = np.searchsorted(self.matrix[0][by_first] if max_len else by_first,
                                                   np.arange(257))  # group b: [offsets[b], offsets[b+1])
+        self._build_trie()
         row_of_unique = np.empty(len(strings), dtype=np.int64)
         row_of_unique[self.order] = np.arange(len(strings))
         self.token_row = np.where(token_to_unique >= 0, row_of_unique[np.maximum(token_to_unique, 0)], -1)
+
+
+    def _build_trie(self) -> None:
+        """Prefix trie, level by level: `trie_parent[j]` / `trie_byte[j]` per node of depth j + 1
+        (parent index within level j - 1); `row_node[r]` is row r's node in level len - 1."""
+        self.trie_parent: list[np.ndarray] = []
+        self.trie_byte: list[np.ndarray] = []
+        self.row_node = np.zeros(len(self.lengths), dtype=np.int64)
+        node = np.zeros(len(self.lengths), dtype=np.int64)
+        for j, count in enumerate(self.counts):
+            key = node[:count] * 256 + self.matrix[j, :count]
+            uniq, node_j = np.unique(key, return_inverse=True)
+            node[:count] = node_j.reshape(-1)
+            self.trie_parent.append(uniq // 256)
+            self.trie_byte.append((uniq % 256).astype(np.int64))
+            ends = self.lengths[:count] == j + 1
+            self.row_node[:count][ends] = node[:count][ends]
 
 
 class _PerTokenizerCache:
