@@ -29,7 +29,7 @@ class LexerContext:
         self.slots = slots
         self.n = len(slots)
         self._max_states = max_states
-        self._reps, self._class_of = _byte_classes(slots)
+        self._reps, self.class_of = _byte_classes(slots)  # class_of: [256] byte -> byte class
         self._reps_list = self._reps.tolist()
         self._trans = [s.trans.tolist() for s in slots]
         self._label = [s.label.tolist() for s in slots]
@@ -77,7 +77,7 @@ class LexerContext:
     def _row(self, key: tuple):
         """Next state, event and closed type for all 256 bytes from product state `key`."""
         nxt, code, ctype = self._class_row(key)
-        return nxt[self._class_of], code[self._class_of], ctype[self._class_of]
+        return nxt[self.class_of], code[self.class_of], ctype[self.class_of]
 
     def _class_row(self, key: tuple):
         """`_row` on one representative byte per byte class (bytes no slot tells apart)."""

@@ -105,7 +105,7 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
     if inside:
         _group_inside(run, ctx, *(np.concatenate(x) for x in zip(*inside)), rows, offs, table)
     if closes:
-        _group_closes(run, *(np.concatenate(x) for x in zip(*closes)), rows, offs)
+        _group_closes(run, *(np.concatenate(x) for x in zip(*closes)), rows, offs, table)
     return run
 
 
@@ -129,14 +129,22 @@ def _group_inside(run: Run, ctx: LexerContext, idx, final, la, rows, offs, table
         run.inside.append((s, g))
 
 
-def _group_closes(run: Run, idx, types, ends, rows, offs) -> None:
+def _group_closes(run: Run, idx, types, ends, rows, offs, table: TokenTable) -> None:
     in_tail = ends < 0
     for k, part in _split(types.astype(np.int64) * 2 + in_tail):
         t, tail_flag = k // 2, bool(k % 2)
         sel = idx[part]
         new_rows = rows[sel].astype(np.int64)
         new_offs = (offs[sel] if tail_flag else offs[sel] + ends[part]).astype(np.int64)
-        run.closes.append((t, tail_flag, Group(_content_key(new_rows, new_offs), new_rows, new_offs)))
+        run.closes.append((t, tail_flag, _close_group(new_rows, new_offs, table)))
+
+
+def _close_group(rows: np.ndarray, offs: np.ndarray, table: TokenTable) -> Group:
+    """A group of closed rows; a large one of whole tokens keeps its packed bitmask."""
+    g = Group(_content_key(rows, offs), rows, offs)
+    if len(rows) >= PACK_THRESHOLD and not offs.any():
+        g.packed = table.pack(rows)
+    return g
 
 
 def _content_key(rows: np.ndarray, offs: np.ndarray) -> tuple:
@@ -155,6 +163,7 @@ class MaskBuilder:
         self.table = table
         self._runs: OrderedDict = OrderedDict()
         self._max_runs = max_runs
+        self._masks: OrderedDict = OrderedDict()
 
     def mask(self, state: GrammarState) -> np.ndarray:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
@@ -195,22 +204,41 @@ class MaskBuilder:
                 nxt = engine.feed(nxt, state.tail)
                 if nxt is None:
                     continue
-            self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
+            if g.packed is not None:  # whole tokens: the next state's own mask, restricted
+                packed.append(self._state_mask(nxt) & g.packed)
+            else:
+                self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
+
+    def _state_mask(self, state: GrammarState) -> np.ndarray:
+        """`mask(state)`, cached per state (whole-token groups of many parents share it)."""
+        mask = self._masks.get(state)
+        if mask is None:
+            mask = self._masks[state] = self.mask(state)
+            if len(self._masks) > self._max_runs // 2:
+                self._masks.popitem(last=False)
+        else:
+            self._masks.move_to_end(state)
+        return mask
 
     def _run(self, ctx: LexerContext, state: GrammarState, rows_key, rows, offs) -> Run:
         key = (rows_key, id(ctx), state.lex, len(state.tail))
         run = self._runs.get(key)
         if run is None:
-            if rows is None:  # all tokens: skip those whose first byte is dead right away
-                rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
-                offs = np.zeros(len(rows), dtype=np.int64)
-            run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs)
+            if rows is None:
+                run = self._run_all(ctx, state)
+            else:
+                run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs)
             self._runs[key] = run
             if len(self._runs) > self._max_runs:
                 self._runs.popitem(last=False)
         else:
             self._runs.move_to_end(key)
         return run
+
+    def _run_all(self, ctx: LexerContext, state: GrammarState) -> Run:
+        """All tokens, less those whose first byte is dead from here."""
+        rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
+        return walk(self.table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
 
     def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
         """Rows ending after the winner's last accept: decide each by closing there (rare)."""
