@@ -96,3 +96,26 @@ def test_radix_cache_disabled_gives_same_output(model_path, reference):
     results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
     assert [r["output_ids"] for r in results] == expected
     assert engine.scheduler.kv_available_size() == engine.scheduler.max_total_num_tokens
+
+
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_requests_submitted_together_share_their_prefix(model_path, chunk):
+    """The first request of a group prefills the shared prefix; the others, deferred one round, find it
+    cached (unfinished requests enter the radix tree right after their prefill), with exact outputs."""
+    shared, *tails = random_prompts((48, 3, 5, 4, 6, 2), seed=11)
+    prompts = [shared + t for t in tails]
+    engine = Engine(model_path, device="cpu", max_total_tokens=1024,
+                    chunked_prefill_size=-1 if chunk is None else chunk)
+    scheduler = engine.scheduler
+    results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
+    cached = sorted(r["meta_info"]["cached_tokens"] for r in results)
+    assert cached[0] == 0 and all(c >= len(shared) for c in cached[1:]), cached
+    for prompt, r in list(zip(prompts, results))[:2]:
+        assert r["output_ids"] == hf_greedy(model_path, prompt, GREEDY["max_new_tokens"])
+    alone = Engine(model_path, device="cpu", max_total_tokens=1024, disable_radix_cache=True)
+    assert [r["output_ids"] for r in results] == [r["output_ids"] for r in alone.generate(input_ids=prompts, sampling_params=GREEDY)]
+    scheduler.tree_cache.check_integrity()
+    assert scheduler.tree_cache.protected_size() == 0
+    assert scheduler.kv_available_size() + scheduler.tree_cache.evictable_size() == scheduler.max_total_num_tokens
+    assert engine.flush_cache()
+    assert scheduler.kv_available_size() == scheduler.max_total_num_tokens

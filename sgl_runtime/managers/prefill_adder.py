@@ -6,7 +6,10 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
+import torch
+
 from sgl_runtime.managers.req import Req
+from sgl_runtime.mem_cache.radix_cache import RadixCache
 
 # Upper bound of one request's expected output when reserving memory (as SGLang's estimate clip).
 CLIP_MAX_NEW_TOKENS = 4096
@@ -14,6 +17,9 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
+# A waiting request sharing at least this many more tokens with a request of the batch being built
+# than with the radix cache waits one round: its prefix is cached once that request's forward ran.
+IN_BATCH_PREFIX_MIN_SHARED = 32
 
 
 class NewTokenRatio:
@@ -135,3 +141,25 @@ class PrefillAdder:
     def _output_estimate(req: Req) -> int:
         return min(max(req.max_new_tokens - len(req.output_ids), 0), CLIP_MAX_NEW_TOKENS)
 
+
+
+class InBatchPrefixes:
+    """The sequences admitted into the batch being built, so that a waiting request whose prompt
+    shares a long prefix with one of them is deferred to the next round (where it hits the cache
+    instead of computing the same prefix twice in one forward): SGLang's in-batch prefix caching."""
+
+    def __init__(self, disable: bool) -> None:
+        self.disable = disable
+        self._tree = RadixCache(disable=disable)
+
+    def add(self, req: Req) -> None:
+        if not self.disable:
+            ids = req.fill_ids
+            self._tree.insert(ids, torch.zeros(len(ids), dtype=torch.int64))
+
+    def should_defer(self, req: Req) -> bool:
+        """True when the batch will compute much more of `req`'s prefix than the cache holds now."""
+        if self.disable:
+            return False
+        shared, _ = self._tree.match_prefix(req.fill_ids[: req.max_prefix_len()])
+        return len(shared) - len(req.prefix_indices) >= IN_BATCH_PREFIX_MIN_SHARED

@@ -18,7 +18,7 @@ import torch
 from sgl_runtime.managers.req import Req
 from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
 
-__all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots", "release_req_kv"]
+__all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots", "cache_unfinished_req", "release_req_kv"]
 
 
 class OutOfKVMemory(RuntimeError):
@@ -71,6 +71,7 @@ class ScheduleBatch:
         self.layout = LogitsLayout()
         self.out_cache_loc: Optional[torch.Tensor] = None  # the new tokens' KV slots, once allocated
         self.committed = False  # the forward ran: those slots now count in each request's kv_len
+        self.is_prefill = False  # admitted / chunked prefills: cached in the radix tree after the forward
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -220,6 +221,30 @@ def release_req_kv(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache, ca
     req_to_token_pool.free(req.req_pool_idx)
     _unlock(req, tree_cache)
     req.reset_kv_state()
+
+
+def cache_unfinished_req(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache) -> None:
+    """Put a still-running request's computed tokens into the radix cache (SGLang's
+    cache_unfinished_req): its duplicate slots are freed, its row re-pointed at the tree's slots,
+    and its lock moved to the new last node, so later admissions share its prefix at once."""
+    if tree_cache.disable or req.req_pool_idx is None or req.kv_len <= req.cache_protected_len:
+        return
+    kv_len, protected = req.kv_len, req.cache_protected_len
+    table = req_to_token_pool.req_to_token
+    key = req.fill_ids[:kv_len]
+    row = table[req.req_pool_idx, :kv_len].to(torch.int64)
+    already = tree_cache.insert(key, row.clone())
+    if already > protected:
+        token_to_kv_pool.free(row[protected:already])
+    indices, node = tree_cache.match_prefix(key)
+    assert len(indices) == kv_len, f"cached {len(indices)} of {kv_len} tokens just inserted"
+    if already > protected:
+        table[req.req_pool_idx, protected:already] = indices[protected:already].to(table.device, table.dtype)
+    tree_cache.inc_lock_ref(node)
+    _unlock(req, tree_cache)
+    req.last_node, req.node_locked = node, True
+    req.prefix_indices = indices
+    req.cache_protected_len = kv_len
 
 
 def _unlock(req: Req, tree_cache) -> None:

@@ -14,10 +14,10 @@ from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
 from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
-from sgl_runtime.managers.prefill_adder import AddResult, NewTokenRatio, PrefillAdder
+from sgl_runtime.managers.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
-from sgl_runtime.managers.schedule_batch import ScheduleBatch, release_req_kv
+from sgl_runtime.managers.schedule_batch import ScheduleBatch, cache_unfinished_req, release_req_kv
 from sgl_runtime.managers.schedule_policy import SchedulePolicy
 from sgl_runtime.managers.scheduler_metrics import SchedulerMetrics
 from sgl_runtime.mem_cache.radix_cache import RadixCache
@@ -203,17 +203,25 @@ class Scheduler:
         if not adder.can_run:
             return None
         self.metrics.on_prefill(adder.hit_tokens, adder.input_tokens)
-        return self._batch(adder.can_run)
+        batch = self._batch(adder.can_run)
+        batch.is_prefill = True
+        return batch
 
     def _admit_waiting(self, adder: PrefillAdder) -> None:
         free_rows = self.req_to_token_pool.available_size()
+        in_batch = InBatchPrefixes(self.tree_cache.disable)
+        for req in adder.can_run:  # the chunked request's last chunk
+            in_batch.add(req)
         for req in list(self.waiting):
             fresh = sum(1 for r in adder.can_run if r.req_pool_idx is None)
             if len(self.running) + len(adder.can_run) >= self.max_running_requests or fresh >= free_rows:
                 break
             req.init_next_round_input(self.tree_cache)
+            if in_batch.should_defer(req):
+                continue
             if adder.add_one_req(req) is not AddResult.CONTINUE:
                 break
+            in_batch.add(req)
 
     def _get_decode_batch(self) -> Optional[ScheduleBatch]:
         if not self.running:
@@ -265,6 +273,8 @@ class Scheduler:
         added = process_batch_logits(batch, logits, self.sampler, jump_forward)
         self.metrics.on_tokens(added)
         for req in batch.reqs:
+            if batch.is_prefill and not req.finished:  # share fresh prompts with later admissions at once
+                cache_unfinished_req(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache)
             if req.finished:
                 self._finish(req)
             elif req is not self.chunked_req and all(req is not r for r in self.running):

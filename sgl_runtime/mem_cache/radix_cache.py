@@ -257,6 +257,8 @@ def _as_token_list(key: Sequence[int] | torch.Tensor) -> list[int]:
 def _common_prefix_len(node_key: list[int], key: list[int], start: int) -> int:
     """Length of the common prefix of `node_key` and `key[start:]`."""
     limit = min(len(node_key), len(key) - start)
+    if node_key[:limit] == key[start : start + limit]:  # the common case, compared in C
+        return limit
     i = 0
     while i < limit and node_key[i] == key[start + i]:
         i += 1
