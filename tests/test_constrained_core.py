@@ -188,3 +188,18 @@ def test_json_schema_dispatch_accepts_dict_string_and_bool():
         compile_constraint("json_schema", schema, tok, colour="red")
     with pytest.raises(ConstraintError):
         compile_constraint("json_schema", 42, tok)
+
+
+def test_tiktoken_vocabulary():
+    import tiktoken
+
+    ranks = {bytes([b]): b for b in range(256)}
+    ranks.update({b"ab": 256, b" \xc3": 257})
+    enc = tiktoken.Encoding("tiny", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 258})
+    vocab = Vocabulary.from_tokenizer(enc, vocab_size=264)
+    assert vocab.kind == "tiktoken" and vocab.size == 264 and vocab.eos_token_ids == (258,)
+    assert vocab.token_bytes[256:259] == [b"ab", b" \xc3", None]
+    c = compile_constraint("regex", "ab", enc)
+    assert allowed_ids(c.matcher().bitmask()) == [97, 256]
+    assert c.matcher().forced_token_ids() == [256]  # canonical: "ab", not "a" "b"
+    assert Vocabulary.from_tokenizer(enc, eos_token_ids=[]).eos_token_ids == ()

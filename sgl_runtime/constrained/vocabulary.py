@@ -211,7 +211,11 @@ def _tiktoken_bytes(enc: Any) -> tuple[list[Optional[bytes]], set[int], str, set
             raw[i] = enc.decode_single_token_bytes(i)
         except KeyError:
             pass
-    return raw, special, "tiktoken", {enc.eot_token} if getattr(enc, "eot_token", None) is not None else set()
+    try:
+        default_eos = {int(enc.eot_token)}
+    except (AttributeError, KeyError, TypeError):
+        default_eos = set()
+    return raw, special, "tiktoken", default_eos
 
 
 def _hf_bytes(tok: Any) -> tuple[list[Optional[bytes]], set[int], str, set[int]]:
