@@ -21,6 +21,7 @@ from sgl_runtime.constrained.grammar_engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
+STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
 
 
 class TokenTable:
@@ -214,7 +215,7 @@ class MaskBuilder:
         mask = self._masks.get(state)
         if mask is None:
             mask = self._masks[state] = self.mask(state)
-            if len(self._masks) > self._max_runs // 2:
+            if len(self._masks) > STATE_MASKS:
                 self._masks.popitem(last=False)
         else:
             self._masks.move_to_end(state)
