@@ -190,6 +190,8 @@ def optional(dfa: Dfa) -> Dfa:
 
 # ----------------------------------------------------------------------------- products
 
+_NO_MOVES: dict = {}
+
 def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callable[[tuple], bool],
             drivers: int | None = None) -> Dfa:
     """Runs `dfas` in parallel; a tuple of states (None = dead) is final when `accept(bools)`.
@@ -212,12 +214,13 @@ def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callabl
         if accept(tuple(s is not None and s in f for s, f in zip(cur, finals_of))):
             finals.add(i)
         row = {}
+        rows = [_NO_MOVES if s is None else tbl[s] for s, tbl in zip(cur, tables)]
         classes = set()
-        for s, tbl in zip(cur[:drivers], tables):
-            if s is not None:
-                classes.update(tbl[s])
+        for r in rows[:drivers]:
+            classes.update(r)
+        pair = rows if len(rows) == 2 else None
         for c in classes:
-            nxt = tuple(None if s is None else tbl[s].get(c) for s, tbl in zip(cur, tables))
+            nxt = (pair[0].get(c), pair[1].get(c)) if pair else tuple(r.get(c) for r in rows)
             if not alive(nxt):
                 continue
             j = index.get(nxt)
