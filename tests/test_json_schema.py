@@ -72,6 +72,11 @@ CASES = [
     ({"prefixItems": [{"type": "integer"}], "if": {"prefixItems": [True, {"const": "x"}]},
       "then": {"prefixItems": [True, True, {"type": "string"}]}, "unevaluatedItems": False},
      [[1], [1, "x"], [1, "x", "y"], [1, "x", 2], [1, "z"], [1, "x", "y", "w"]]),
+    ({"$id": "https://example.com/root", "$ref": "list",
+      "$defs": {"foo": {"$dynamicAnchor": "items", "type": "string"},
+                "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"},
+                         "$defs": {"items": {"$comment": "default", "$dynamicAnchor": "items"}}}}},
+     [["a", "b"], [1], [], ["a", None]]),
     (True, [1, "x", {"a": [None]}]),
     (False, [1, "x", None]),
     ({"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer"},
@@ -230,7 +235,7 @@ def test_whitespace_option_is_bounded():
 
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"$dynamicRef": "#x"}, "$dynamicRef"),
+    ({"$recursiveRef": "#"}, "$recursiveRef"),
     ({"anyOf": [{"required": [k]} for k in "abcde"], "unevaluatedProperties": False}, "unevaluatedProperties"),
     ({"$ref": "https://example.com/schema"}, "$ref"),
     ({"pattern": "\\p{L}"}, "pattern"),

@@ -17,13 +17,15 @@ allOf, oneOf, not and if/then/else use DFA intersection, difference and compleme
 under `not` (or a `oneOf` branch, or an `if`) is compiled in *exact* mode, where every named
 key may appear in any order and formats are annotations, so that its complement is exact.
 
-`lenient=True` ignores unsupported keywords (uniqueItems, unevaluated*, dependentSchemas,
-$dynamicRef) instead of raising; the FSM may then accept instances those keywords reject.
+`$dynamicRef` follows the dynamic scope (the resources entered on the way, outermost first).
+`lenient=True` ignores unsupported keywords (uniqueItems, case splits of unevaluated* that are
+too large, $recursiveRef) instead of raising; the FSM may then accept what they reject.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 
 from interegular.fsm import FSM
 
@@ -53,7 +55,7 @@ TYPE_KEYWORDS = {
                "minProperties", "maxProperties", "dependentRequired"),
 }
 IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "dependentSchemas", "$dynamicRef")
-UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
+UNSUPPORTED = ("$recursiveRef",)
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
@@ -75,8 +77,6 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
                   max_nesting_depth: int = 3, max_work_states: int = 150_000) -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
-        import json
-
         try:
             schema = json.loads(schema)
         except ValueError as exc:
@@ -104,6 +104,8 @@ class _Compiler:
         self.refs = RefResolver(root)
         self.ref_counts: dict[int, int] = {}
         self.cache: dict = {}
+        self.scope: list[str] = []  # dynamic scope: base URIs of the resources entered, outermost first
+        self.dynamic = '"$dynamicRef"' in json.dumps(root)
         self.synthesized: list = []
 
     def unsupported(self, keyword: str, why: str) -> None:
@@ -121,10 +123,19 @@ class _Compiler:
             return EMPTY
         if not isinstance(schema, dict):
             raise ConstraintError(f"schema must be an object or a boolean, got {schema!r}")
-        key = (id(schema), min(level, self.max_depth), mode, tuple(sorted(self.ref_counts.items())))
-        if key not in self.cache:
-            self.cache[key] = (schema, self._compile(schema, level, mode))
-        return self.cache[key][1]
+        base = self.refs.base(schema)
+        entered = not self.scope or self.scope[-1] != base
+        if entered:
+            self.scope.append(base)
+        try:
+            key = (id(schema), min(level, self.max_depth), mode, tuple(sorted(self.ref_counts.items())),
+                   tuple(self.scope) if self.dynamic else None)
+            if key not in self.cache:
+                self.cache[key] = (schema, self._compile(schema, level, mode))
+            return self.cache[key][1]
+        finally:
+            if entered:
+                self.scope.pop()
 
     def _compile(self, schema: dict, level: int, mode: int) -> Dfa:
         self._check_unsupported(schema)
@@ -143,6 +154,8 @@ class _Compiler:
             parts.append(self._if_then_else(schema, level, mode))
         if "$ref" in schema:
             parts.append(self._ref(schema, level, mode))
+        if "$dynamicRef" in schema:
+            parts.append(self._ref(schema, level, mode, keyword="$dynamicRef"))
         if "dependentSchemas" in schema:
             parts.append(self._dependent_schemas(schema["dependentSchemas"], level, mode))
         free = self.any(level)  # depth-bounded: only for values nothing else constrains
@@ -250,11 +263,14 @@ class _Compiler:
         self.synthesized.append(schema)
         return schema
 
-    def _ref(self, schema: dict, level: int, mode: int) -> Dfa:
-        ref = schema["$ref"]
+    def _ref(self, schema: dict, level: int, mode: int, keyword: str = "$ref") -> Dfa:
+        ref = schema[keyword]
         if not isinstance(ref, str):
-            raise ConstraintError("$ref: expected a string")
-        target = self.refs.resolve(ref, schema)
+            raise ConstraintError(f"{keyword}: expected a string")
+        if keyword == "$dynamicRef":
+            target = self.refs.resolve_dynamic(ref, schema, self.scope)
+        else:
+            target = self.refs.resolve(ref, schema)
         key = id(target)
         depth = self.ref_counts.get(key, 0)
         if depth >= self.max_recursion:
@@ -275,7 +291,7 @@ class _Compiler:
 def _contributors(schema: dict) -> int:
     """How many subschemas (own keywords included) may constrain the same object's key order."""
     own = any(k in schema for k in TYPE_KEYWORDS["object"])
-    applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "dependentSchemas"))
+    applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "$dynamicRef", "dependentSchemas"))
     all_of = schema.get("allOf")
     return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
 

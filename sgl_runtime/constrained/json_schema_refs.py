@@ -22,6 +22,7 @@ class RefResolver:
         self.base_of: dict[int, str] = {}
         self.resources: dict[str, object] = {}
         self.anchors: dict[str, object] = {}
+        self.dynamic_anchors: dict[str, object] = {}
         self._index(root, _DEFAULT_BASE)
 
     def _index(self, node, base: str) -> None:
@@ -40,6 +41,8 @@ class RefResolver:
         for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
                 self.anchors.setdefault(f"{base}#{node[key]}", node)
+        if isinstance(node.get("$dynamicAnchor"), str):
+            self.dynamic_anchors.setdefault(f"{base}#{node['$dynamicAnchor']}", node)
         for key, value in node.items():
             if key not in _NOT_SCHEMAS:
                 self._index(value, base)
@@ -62,6 +65,19 @@ class RefResolver:
         if anchored is None:
             raise ConstraintError(f"$ref: unknown anchor in {ref!r}")
         return anchored
+
+    def resolve_dynamic(self, ref: str, node, scope: list[str]) -> object:
+        """`$dynamicRef`: like $ref, unless it lands on a `$dynamicAnchor`; then the outermost
+        resource in the dynamic `scope` (base URIs, outermost first) defining that anchor wins."""
+        target = self.resolve(ref, node)
+        fragment = urldefrag(_join(self.base(node), ref))[1]
+        if fragment and not fragment.startswith("/") and isinstance(target, dict) \
+                and target.get("$dynamicAnchor") == fragment:
+            for base in scope:
+                hit = self.dynamic_anchors.get(f"{base}#{fragment}")
+                if hit is not None:
+                    return hit
+        return target
 
     @staticmethod
     def _pointer(doc, fragment: str, ref: str) -> object:

@@ -100,6 +100,8 @@ class _Cases:
             cases = _cross(cases, self.of(member, depth + 1))
         if "$ref" in schema:
             cases = _cross(cases, self.of(self.comp.refs.resolve(schema["$ref"], schema), depth + 1))
+        if "$dynamicRef" in schema:
+            raise ConstraintError(f"{self.keyword}: evaluation through $dynamicRef is not supported")
         if "anyOf" in schema:
             cases = _cross(cases, self.any_of(schema["anyOf"], depth))
         if "oneOf" in schema:
