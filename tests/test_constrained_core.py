@@ -113,6 +113,8 @@ def test_byte_level_vocabulary():
     assert vocab.token_bytes[260] == b" \xc3"  # half a character is still a token
     assert all(b is None for b in vocab.token_bytes[261:])  # padded ids
     assert Vocabulary.from_tokenizer(tok, vocab_size=300) is vocab  # cached per tokenizer
+    narrow = Vocabulary.from_tokenizer(tok, vocab_size=257)  # a logit dimension below len(tokenizer)
+    assert narrow.size == 257 and narrow.token_bytes[256] == b" a" and narrow.eos_token_ids == ()
 
 
 def test_sentencepiece_vocabulary():

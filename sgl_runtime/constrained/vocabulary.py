@@ -7,7 +7,8 @@ Offers (stable interface, used by the token index, jump-forward and the lark gra
   alphabet such as Qwen2.5/Llama-3; SentencePiece with `▁` and `<0xNN>` byte fallback such as
   Llama-2/Mistral), a tiktoken `Encoding`, or any tokenizer whose `convert_ids_to_tokens`
   returns bytes.
-- `vocab.size`: the mask width (the model's logit dimension, >= len(tokenizer)).
+- `vocab.size`: the mask width: `vocab_size` (the model's logit dimension; ids past the tokenizer are
+  padding, always masked; a dimension below len(tokenizer) drops the ids it cannot produce), else len(tokenizer).
 - `vocab.token_bytes[i]`: raw bytes of token i, or None when it can never be produced as
   text (special and added tokens, EOS, ids past the tokenizer, tokens decoding to nothing).
 - `vocab.eos_token_ids`: sorted tuple of EOS ids (allowed only where a constraint accepts).
@@ -150,9 +151,9 @@ def _build(tokenizer: Any, vocab_size: Optional[int], eos: Optional[tuple]) -> V
     else:
         raw, excluded, kind, default_eos = _hf_bytes(tokenizer)
     eos_ids = set(eos) if eos is not None else default_eos
-    width = max(vocab_size or 0, len(raw))
+    width = vocab_size or len(raw)  # ids at or past a smaller logit dimension can never be sampled
     token_bytes: list[Optional[bytes]] = [None] * width
-    for i, b in enumerate(raw):
+    for i, b in enumerate(raw[:width]):
         if b and i not in excluded and i not in eos_ids:
             token_bytes[i] = b
     return Vocabulary(token_bytes, eos_ids, tokenizer=tokenizer, kind=kind)
