@@ -292,6 +292,7 @@ def _contributors(schema: dict) -> int:
     """How many subschemas (own keywords included) may constrain the same object's key order."""
     own = any(k in schema for k in TYPE_KEYWORDS["object"])
     applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "$dynamicRef", "dependentSchemas"))
+    applicators += "if" in schema and ("then" in schema or "else" in schema)  # `if` and its branch
     all_of = schema.get("allOf")
     return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
 
