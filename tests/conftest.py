@@ -1,6 +1,23 @@
-"""Shared pytest configuration: GPU tests skip cleanly without CUDA."""
+"""Shared pytest configuration: one CPU thread per process, GPU tests skip cleanly without CUDA,
+and the session's one shared demo-model server (started lazily by the first test that asks)."""
 
-import pytest
+import os
+
+# Before anything imports torch: the models under test are tiny, so extra intra-op threads only
+# fight each other (and the servers the tests start, which inherit this) on a 2-core CI machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+
+import pytest  # noqa: E402
+from server_fixtures import ServerProcess, shared_server  # noqa: E402
+
+
+def pytest_configure(config):
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -16,3 +33,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def server(request) -> ServerProcess:
+    """The session's shared demo-model server (default flags). Tests must not depend on its cache
+    contents or on other tests' requests: use unique prompts, and `flush_when_idle` before asserting
+    on pool sizes."""
+    return shared_server(request.config)

@@ -13,8 +13,15 @@ from model_fixtures import _hf_model, make_tiny_checkpoint
 torch.set_num_threads(1)
 
 
+_CHECKPOINTS: dict[str, str] = {}
+
+
 def checkpoint(tmp_path_factory, arch: str) -> str:
-    return make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch))
+    """The session's tiny checkpoint for `arch` (built once and shared read-only by every module,
+    so transformers' reference model for it is loaded once too)."""
+    if arch not in _CHECKPOINTS:
+        _CHECKPOINTS[arch] = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch))
+    return _CHECKPOINTS[arch]
 
 
 def random_prompts(lengths: Sequence[int], seed: int = 0, vocab: int = 150000) -> list[list[int]]:

@@ -1,5 +1,6 @@
 """Starts the real server (`python -m sgl_runtime.launch_server` on the demo model) as a
-subprocess on a free port, waits for /health, and stops it. One shared server per test session."""
+subprocess on a free port, waits for /health, and stops it; plus helpers to wait for an idle
+server and to check process trees. `shared_server` keeps one default server per test session."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class ServerProcess:
         if api_key:
             args += ["--api-key", api_key]
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ})
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -105,13 +107,41 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def wait_idle(url: str, timeout: float = 60.0, headers: Optional[dict] = None) -> dict:
+    """Poll /get_server_info until nothing is running or waiting; returns the scheduler stats."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = requests.get(f"{url}/get_server_info", headers=headers or {}, timeout=30).json()["scheduler_stats"]
+        if stats["num_running_reqs"] == 0 and stats["num_waiting_reqs"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"server still busy after {timeout}s: {stats}")
+        time.sleep(0.1)
+
+
+def flush_when_idle(url: str, timeout: float = 60.0, headers: Optional[dict] = None) -> None:
+    """Flush the prefix cache, retrying while the server refuses because requests are in flight
+    (e.g. an aborted request that the scheduler has not reaped yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_idle(url, timeout, headers)
+        r = requests.post(f"{url}/flush_cache", headers=headers or {}, timeout=30)
+        if r.status_code == 200:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"flush_cache still refused after {timeout}s: {r.status_code} {r.text}")
+        time.sleep(0.1)
+
+
 _SHARED: dict[str, ServerProcess] = {}
 
 
-@pytest.fixture(scope="session")
-def server(request) -> ServerProcess:
-    """The session's shared demo-model server (started once, even when several modules use it)."""
+def shared_server(config: pytest.Config) -> ServerProcess:
+    """The session's shared default server: started on first use, stopped at session end."""
     if "default" not in _SHARED:
         shared = _SHARED["default"] = start_server()
-        request.config.add_cleanup(shared.stop)
-    return _SHARED["default"]
+        config.add_cleanup(shared.stop)
+    shared = _SHARED["default"]
+    if shared.proc.poll() is not None:
+        pytest.fail(f"the shared server exited with {shared.proc.returncode}:\n{shared.log()}")
+    return shared

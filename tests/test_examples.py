@@ -1,29 +1,43 @@
-"""Every example in examples/ runs as written and exits 0 (one shared server; one run starts its own)."""
+"""Every example in examples/ runs as written and exits 0 (against the session's shared server;
+one run starts its own Runtime, as a user without a server would)."""
 
 import ast
+import os
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
+from typing import Optional
 
 import pytest
-
-import sgl_lang as sgl
+from server_fixtures import pid_alive
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
-EXAMPLES = ["quick_start.py", "json_decode.py", "fork_join.py", "select_classification.py", "run_batch.py",
+EXAMPLES = ["demo.py", "quick_start.py", "json_decode.py", "fork_join.py", "select_classification.py", "run_batch.py",
             "streaming.py", "openai_backend.py"]
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    runtime = sgl.Runtime()
-    yield runtime.url
-    runtime.shutdown()
+def server_url(server):
+    return server.url
 
 
-def _run(args: list, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(args: list, timeout: float = 300, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=EXAMPLES_DIR.parent, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
+
+
+def _processes_with_env(entry: bytes) -> list[int]:
+    """Live processes whose environment holds `entry` (inherited by everything a run started)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and entry in (proc / "environ").read_bytes().split(b"\0") and pid_alive(int(proc.name)):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -34,7 +48,17 @@ def test_example_runs_against_a_server(name, server_url):
     assert result.returncode == 0, f"{name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
 
-def test_example_starts_its_own_runtime_without_a_url():
-    result = _run([str(EXAMPLES_DIR / "quick_start.py")])
+def test_readme_demo_starts_its_own_runtime_and_leaves_no_process():
+    marker = f"SGL_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    result = _run([str(EXAMPLES_DIR / "demo.py")], env=env)  # the README's command, verbatim
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "assistant:" in result.stdout
+    assert "due matches" in result.stdout and "component (select) ->" in result.stdout
+    deadline = time.monotonic() + 15
+    while _processes_with_env(marker.encode()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _processes_with_env(marker.encode()), "the example's Runtime left server processes running"
+
+
+def test_every_example_is_listed():
+    assert sorted(EXAMPLES) == sorted(p.name for p in EXAMPLES_DIR.glob("*.py") if p.name != "example_backend.py")

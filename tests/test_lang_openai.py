@@ -1,5 +1,5 @@
 """sgl_lang.OpenAI: API speculative execution and errors against a scripted OpenAI-compatible
-server, and the DSL's primitives against the project's own server through its /v1 endpoints."""
+server, and the DSL's primitives against the session's shared server through its /v1 endpoints."""
 
 import json
 import re
@@ -185,29 +185,26 @@ def test_server_errors_surface_and_rate_limits_are_retried(scripted_url):
 
 # ---------------------------------------------------------------- the project's own server, via /v1
 @pytest.fixture(scope="module")
-def runtime():
-    runtime = sgl.Runtime()
-    yield runtime
-    runtime.shutdown()
+def native(server):
+    """The shared server's native endpoint (its model name, and reference select scores)."""
+    return sgl.RuntimeEndpoint(server.url)
 
 
 @pytest.fixture(scope="module")
-def completion(runtime):
-    return sgl.OpenAI(runtime.endpoint.model_info["served_model_name"], base_url=runtime.url + "/v1",
-                      is_chat_model=False)
+def completion(server, native):
+    return sgl.OpenAI(native.model_info["served_model_name"], base_url=server.url + "/v1", is_chat_model=False)
 
 
 @pytest.fixture(scope="module")
-def chat(runtime):
-    return sgl.OpenAI(runtime.endpoint.model_info["served_model_name"], base_url=runtime.url + "/v1",
-                      is_chat_model=True)
+def chat(server, native):
+    return sgl.OpenAI(native.model_info["served_model_name"], base_url=server.url + "/v1", is_chat_model=True)
 
 
 SCHEMA = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}, "b": {"type": "boolean"}},
           "required": ["k", "b"], "additionalProperties": False}
 
 
-def test_completion_model_primitives(completion, runtime):
+def test_completion_model_primitives(completion, native):
     @sgl.function
     def prog(s):
         s += "Hello:" + sgl.gen("a", max_tokens=5, stop="\n", frequency_penalty=0.5)
@@ -224,7 +221,7 @@ def test_completion_model_primitives(completion, runtime):
     assert state["c"] == [" red", " blue", " green"][scores.index(max(scores))]
     # The echo/logprobs scores equal the runtime's own select scores for the same prefix.
     native = sgl.function(lambda s: s.__iadd__(state.text()[: -len(state["c"])] + sgl.select(
-        "c", choices=[" red", " blue", " green"]))).run(backend=runtime.endpoint)
+        "c", choices=[" red", " blue", " green"]))).run(backend=native)
     assert scores == pytest.approx(native.get_meta_info("c")["normalized_prompt_logprobs"], abs=1e-4)
     assert completion.token_usage.prompt_tokens > before and completion.token_usage.completion_tokens > 0
 

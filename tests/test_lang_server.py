@@ -1,4 +1,6 @@
-"""sgl_lang against a real sgl_runtime server on the demo model, started with sgl_lang's own Runtime."""
+"""sgl_lang against a real sgl_runtime server on the demo model (the session's shared server, through
+`RuntimeEndpoint`; `sgl_lang.Runtime` launching its own server is tested in test_server_lifecycle.py
+and by the README demo in test_examples.py)."""
 
 import json
 import re
@@ -9,20 +11,12 @@ import requests
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import sgl_lang as sgl
+from server_fixtures import wait_idle
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    runtime = sgl.Runtime()
-    yield runtime
-    process = runtime.process
-    runtime.shutdown()
-    assert process.poll() is not None, "Runtime.shutdown left the server running"
-
-
-@pytest.fixture(scope="module")
-def backend(runtime):
-    return runtime.endpoint
+def backend(server):
+    return sgl.RuntimeEndpoint(server.url)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +101,7 @@ def test_select_scores_equal_direct_prompt_logprobs(backend, tokenizer, method):
 
 
 def test_fork_branches_hit_the_cached_prefix(backend, tokenizer):
-    prefix = "A shared instruction that every branch reuses. " * 8
+    prefix = "A shared instruction that every forked branch reuses. " * 8
 
     @sgl.function
     def prog(s):
@@ -118,6 +112,7 @@ def test_fork_branches_hit_the_cached_prefix(backend, tokenizer):
         forks.join()
         return [f.get_meta_info("out") for f in forks]
 
+    wait_idle(backend.base_url)
     sgl.flush_cache(backend)
     state = prog.run(backend=backend, temperature=0)
     prefix_tokens = len(tokenizer.encode(prefix))
@@ -175,8 +170,9 @@ def test_server_error_surfaces_with_its_message(backend):
     assert isinstance(info.value.state.error(), sgl.BackendError)
 
 
-def test_server_info_flush_cache_and_prefix_precaching(backend, runtime, tokenizer):
-    assert isinstance(sgl.get_server_info(runtime), dict)
+def test_server_info_flush_cache_and_prefix_precaching(backend, tokenizer):
+    assert isinstance(sgl.get_server_info(backend), dict)
+    wait_idle(backend.base_url)
     assert sgl.flush_cache(backend) is True
 
     @sgl.function
@@ -188,3 +184,4 @@ def test_server_info_flush_cache_and_prefix_precaching(backend, runtime, tokeniz
     assert prefix == "You answer questions about geography in one word. " * 4 + "Q: "
     state = prog.run(question="Capital of France?", backend=backend, temperature=0)
     assert state.get_meta_info("a")["cached_tokens"] >= len(tokenizer.encode(prefix)) - 2
+

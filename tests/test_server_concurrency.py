@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import requests
-from server_fixtures import server  # noqa: F401  (session fixture)
+from server_fixtures import flush_when_idle, wait_idle
 
 NUM_CLIENTS = 64
 
@@ -27,19 +26,9 @@ async def stream_one(client: httpx.AsyncClient, url: str, i: int) -> tuple[int, 
     return max_new, json.loads(chunks[-2]), len(chunks) - 1
 
 
-def wait_idle(server, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stats = server.server_info()["scheduler_stats"]
-        if stats["num_running_reqs"] == 0 and stats["num_waiting_reqs"] == 0:
-            return stats
-        time.sleep(0.2)
-    raise AssertionError(f"server still busy after {timeout}s: {stats}")
-
-
 def assert_pool_full_after_flush(server) -> None:
-    assert requests.post(f"{server.url}/flush_cache").status_code == 200
-    stats = server.server_info()["scheduler_stats"]
+    flush_when_idle(server.url)
+    stats = wait_idle(server.url)
     assert stats["kv_pool_free_tokens"] == stats["max_total_num_tokens"], stats
 
 
@@ -55,11 +44,12 @@ def test_many_concurrent_streams(server):
         assert last["meta_info"]["completion_tokens"] == max_new == len(last["output_ids"])
         assert last["meta_info"]["finish_reason"]["type"] == "length"
         assert num_chunks >= 1
-    wait_idle(server)
+    wait_idle(server.url)
     assert_pool_full_after_flush(server)
 
 
 def test_disconnect_mid_stream_aborts(server):
+    wait_idle(server.url)  # the running count below must be this request alone
     body = {"text": "Never ending", "stream": True, "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
     with requests.post(f"{server.url}/generate", json=body, stream=True, timeout=60) as r:
         lines = r.iter_lines(decode_unicode=True)
@@ -68,16 +58,16 @@ def test_disconnect_mid_stream_aborts(server):
         busy = server.server_info()["scheduler_stats"]
         assert busy["num_running_reqs"] == 1
     # the response is closed here: the server must abort the request, not decode 3000 tokens
-    wait_idle(server, timeout=30)
+    wait_idle(server.url, timeout=30)
     assert_pool_full_after_flush(server)
 
 
 def test_disconnect_non_streaming_aborts(server):
     body = {"text": "Never ending either", "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
     try:
-        requests.post(f"{server.url}/generate", json=body, timeout=2)
+        requests.post(f"{server.url}/generate", json=body, timeout=1)
         raise AssertionError("the request should not finish within the client's timeout")
     except requests.Timeout:
         pass
-    wait_idle(server, timeout=30)
+    wait_idle(server.url, timeout=30)
     assert_pool_full_after_flush(server)

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 import requests
-from server_fixtures import server  # noqa: F401  (session fixture)
 
 # (path, body or raw text, expected status, words the message must contain)
 BAD_REQUESTS = [

@@ -1,5 +1,5 @@
 """Process hygiene and access control: API keys, a dying child takes the server down, SIGTERM
-stops every process."""
+stops every process (on a server launched by sgl_lang.Runtime, so that path is covered too)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import time
 import openai
 import pytest
 import requests
+
+import sgl_lang as sgl
 from server_fixtures import descendant_pids, free_port, pid_alive, start_server
 
 API_KEY = "test-secret"
@@ -66,17 +68,25 @@ def test_killed_scheduler_takes_server_down(keyed_server):
     assert not pid_alive(pids["detokenizer"])
 
 
-def test_sigterm_stops_every_process():
-    server = start_server()
-    children = descendant_pids(server.proc.pid)
-    assert len(children) >= 2, children  # scheduler + detokenizer (+ multiprocessing's resource tracker)
-    server.proc.send_signal(signal.SIGTERM)
-    assert server.proc.wait(timeout=60) == 0
-    deadline = time.monotonic() + 15
-    while any(pid_alive(p) for p in children) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in children if pid_alive(p)]
-    server.stop()
+def test_runtime_launches_a_server_that_sigterm_stops_entirely():
+    """sgl_lang.Runtime starts the real server; a SIGTERM to the server alone stops its children too."""
+    runtime = sgl.Runtime()
+    try:
+        assert sgl.get_server_info(runtime)["port"] == runtime.port  # a Runtime stands for its endpoint
+        state = sgl.function(lambda s: s.__iadd__("Hi" + sgl.gen("x", max_tokens=3))).run(backend=runtime)
+        assert 1 <= state.get_meta_info("x")["completion_tokens"] <= 3
+        process = runtime.process
+        children = descendant_pids(process.pid)
+        assert len(children) >= 2, children  # scheduler + detokenizer (+ multiprocessing's resource tracker)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        deadline = time.monotonic() + 15
+        while any(pid_alive(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in children if pid_alive(p)]
+    finally:
+        runtime.shutdown()
+    assert runtime.process is None
 
 
 def test_bad_model_path_exits_with_error():

@@ -6,7 +6,6 @@ import json
 import re
 
 import requests
-from server_fixtures import server  # noqa: F401  (session fixture)
 from transformers import AutoTokenizer
 
 

@@ -8,7 +8,6 @@ import jsonschema
 import openai
 import pytest
 import requests
-from server_fixtures import server  # noqa: F401  (session fixture)
 
 
 @pytest.fixture(scope="module")
