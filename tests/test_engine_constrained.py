@@ -99,3 +99,31 @@ def test_jump_forward_under_retraction_gives_identical_greedy_output(model_path,
         if r["meta_info"]["finish_reason"]["type"] == "stop":
             jsonschema.validate(json.loads(r["text"]), schema)
     assert any(r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"] for r in results)
+
+
+def test_deferred_jump_forward_keeps_decode_steps_single_token(model_path, engine):
+    """Requests holding forced tokens sit out plain decode steps (which stay 1-token DECODE batches,
+    the CUDA-graph path) and run together as an extend; greedy output equals the mixed-batch schedule."""
+    params = {"json_schema": json.dumps(SCHEMA), "temperature": 0, "max_new_tokens": 60}
+    prompts = random_prompts([4, 9, 6, 12, 3, 8, 5, 7], seed=44)
+    mixed = Engine(model_path, device="cpu", max_total_tokens=4096)
+    mixed.scheduler.defer_jump_forward = False
+    expected = [r["output_ids"] for r in mixed.generate(input_ids=prompts, sampling_params=params)]
+    scheduler = engine.scheduler
+    assert scheduler.defer_jump_forward
+    real_forward, kinds = scheduler.model_runner.forward, []
+
+    def recording(forward_batch):
+        kinds.append(set(forward_batch.extend_seq_lens_cpu))
+        return real_forward(forward_batch)
+
+    scheduler.model_runner.forward = recording
+    try:
+        results = engine.generate(input_ids=prompts, sampling_params=params)
+    finally:
+        scheduler.model_runner.forward = real_forward
+    assert [r["output_ids"] for r in results] == expected
+    decode_steps = [k for k in kinds if 1 in k]
+    assert decode_steps and all(k == {1} for k in decode_steps)  # never a 1-token row beside a k-token one
+    assert any(max(k) > 1 for k in kinds[1:])  # the jump-forward extends ran
+    assert any(r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"] for r in results)

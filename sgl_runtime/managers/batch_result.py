@@ -14,6 +14,7 @@ from sgl_runtime.managers.schedule_batch import ScheduleBatch
 from sgl_runtime.sampler import Sampler
 
 
+@torch.inference_mode()  # the logits are inference tensors, edited in place by the sampler
 def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sampler, jump_forward: bool) -> int:
     """Consume the logits of one forward; returns how many output tokens were added."""
     record_prompt_logprobs(batch, logits)
@@ -25,7 +26,10 @@ def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sa
             req.finish({"type": "length", "length": 0})
     if not reqs:
         return 0
-    sample_logits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]  # [B, V]
+    if rows == list(range(logits.shape[0])):
+        sample_logits = logits  # every row samples (decode): no [B, V] gather; the sampler edits it in place
+    else:
+        sample_logits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]  # [B, V]
     lp_index = [i for i, r in enumerate(reqs) if r.return_logprob]
     raw = sample_logits[lp_index].clone() if lp_index else None
     next_ids = sampler(sample_logits, reqs).tolist()

@@ -28,6 +28,8 @@ from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+JUMP_FORWARD_MAX_WAIT = 4  # decode steps a request holding jump-forward tokens may sit out
+
 
 class Scheduler:
     """Owns the model, the KV pools and the radix cache; serves requests through handle()/step()."""
@@ -60,6 +62,9 @@ class Scheduler:
         self.fanout: dict[int, list[Req]] = {}  # id(hidden prefix req) -> its n samples
         self.outbox: list[Req] = []  # finished requests not yet reported
         self._admit_counter = itertools.count()
+        # Batch jump-forward extends apart from the (graph-replayed) decode steps; measured no slower on CPU.
+        self.defer_jump_forward = True
+        self._forced_wait = 0  # decode steps that left jump-forward requests waiting
 
     # ================================================================== public API
     def handle(self, msg: object) -> Optional[object]:
@@ -235,7 +240,21 @@ class Scheduler:
             self.new_token_ratio.decay()
         if not self.running:
             return None
-        return self._batch(list(self.running))
+        return self._batch(self._decode_step_reqs())
+
+    def _decode_step_reqs(self) -> list[Req]:
+        """The running requests this decode step serves. Requests holding jump-forward tokens make a
+        batch a multi-token EXTEND, which cannot replay the decode CUDA graph; with defer_jump_forward
+        they sit out while they are few (< half the batch) and not kept waiting JUMP_FORWARD_MAX_WAIT
+        steps, then run together as one extend while the others wait a step."""
+        forced = [r for r in self.running if r.extend_input_len > 1]
+        if not self.defer_jump_forward or not forced:
+            return list(self.running)
+        self._forced_wait += 1
+        if 2 * len(forced) >= len(self.running) or self._forced_wait > JUMP_FORWARD_MAX_WAIT:
+            self._forced_wait = 0
+            return forced
+        return [r for r in self.running if r.extend_input_len == 1]
 
     def _retract_until_fits(self) -> bool:
         """Retract the newest running requests to the queue while the next step's tokens do not fit."""
@@ -272,12 +291,13 @@ class Scheduler:
         jump_forward = not self.server_args.disable_jump_forward
         added = process_batch_logits(batch, logits, self.sampler, jump_forward)
         self.metrics.on_tokens(added)
+        running = {id(r) for r in self.running}
         for req in batch.reqs:
             if batch.is_prefill and not req.finished:  # share fresh prompts with later admissions at once
                 cache_unfinished_req(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache)
             if req.finished:
                 self._finish(req)
-            elif req is not self.chunked_req and all(req is not r for r in self.running):
+            elif req is not self.chunked_req and id(req) not in running:
                 self.running.append(req)
         if forward_batch.forward_mode.is_decode():
             self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),
