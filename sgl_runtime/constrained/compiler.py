@@ -16,7 +16,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 KINDS = ("regex", "json_schema", "grammar", "choices")
-_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth"}
+_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states"}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
 
