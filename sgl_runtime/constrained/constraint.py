@@ -7,6 +7,7 @@ from functools import cached_property
 
 import numpy as np
 
+from sgl_runtime.constrained.budget import DFABudget
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.jump_forward import JumpForward
 from sgl_runtime.constrained.matcher import DFAMatcher, Matcher
@@ -37,6 +38,7 @@ class DFAConstraint(Constraint):
         self.description = description
         self.index = TokenIndex(dfa, vocabulary)
         self.jump_forward = JumpForward(dfa, vocabulary, self.index)
+        self.budget = DFABudget(dfa, vocabulary, self.index)
 
     def accepts(self, text: str) -> bool:
         return self.dfa.accepts(text)

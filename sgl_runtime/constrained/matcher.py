@@ -40,20 +40,36 @@ class Matcher(ABC):
     def copy(self) -> "Matcher":
         """An independent cursor at the same position."""
 
+    def set_token_budget(self, max_tokens: "int | None") -> None:
+        """Tokens this cursor may still advance through (None: unlimited). Masks then keep the
+        text completable to a sentence within the budget (EOS does not count)."""
+        self.budget = max_tokens
+        self.consumed = 0
+
+    def remaining_tokens(self) -> "int | None":
+        budget = getattr(self, "budget", None)
+        return None if budget is None else budget - self.consumed
+
 
 class DFAMatcher(Matcher):
     """Cursor over a DFA-backed constraint: one int of state."""
 
-    __slots__ = ("constraint", "state", "finished")
+    __slots__ = ("constraint", "state", "finished", "budget", "consumed")
 
     def __init__(self, constraint: "DFAConstraint", state: int, finished: bool = False) -> None:
         self.constraint = constraint
         self.state = state
         self.finished = finished
+        self.budget: "int | None" = None
+        self.consumed = 0
 
     def bitmask(self) -> np.ndarray:
         if self.finished:
             return self.constraint.eos_only_mask
+        if self.budget is not None:
+            restricted = self.constraint.budget.mask(self.state, self.budget - self.consumed)
+            if restricted is not None:
+                return restricted
         return self.constraint.index.bitmask(self.state)
 
     def advance(self, token_id: int) -> None:
@@ -70,6 +86,7 @@ class DFAMatcher(Matcher):
         if nxt < 0:
             raise ConstraintError(f"token {token_id} ({data!r}) is not allowed by the constraint here")
         self.state = nxt
+        self.consumed += 1
 
     def is_accepting(self) -> bool:
         return self.finished or bool(self.constraint.dfa.accepting[self.state])
@@ -89,4 +106,6 @@ class DFAMatcher(Matcher):
         return "" if self.finished else self.constraint.jump_forward.forced_string(self.state)
 
     def copy(self) -> "DFAMatcher":
-        return DFAMatcher(self.constraint, self.state, self.finished)
+        twin = DFAMatcher(self.constraint, self.state, self.finished)
+        twin.budget, twin.consumed = self.budget, self.consumed
+        return twin
