@@ -22,6 +22,7 @@ import numpy as np
 
 from sgl_runtime.constrained.constraint import Constraint
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar_budget import CHECK_TOKENS, MARGIN, GrammarCompletion
 from sgl_runtime.constrained.grammar_engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar_forced import ForcedTokens
 from sgl_runtime.constrained.grammar_source import build_lark, grammar_text
@@ -53,6 +54,7 @@ class GrammarConstraint(Constraint):
         self.table = TokenTable(vocabulary.token_bytes)
         self.masks = MaskBuilder(self.engine, self.table)
         self.forced = ForcedTokens(self)
+        self.completion = GrammarCompletion(self)
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = mask_cache_size
         self._lock = threading.RLock()
@@ -117,17 +119,45 @@ class GrammarConstraint(Constraint):
 class GrammarMatcher(Matcher):
     """Cursor over a grammar constraint: an immutable grammar state plus an EOS flag."""
 
-    __slots__ = ("constraint", "state", "finished")
+    __slots__ = ("constraint", "state", "finished", "budget", "consumed", "plan")
 
     def __init__(self, constraint: GrammarConstraint, state: GrammarState, finished: bool = False) -> None:
         self.constraint = constraint
         self.state = state
         self.finished = finished
+        self.budget: Optional[int] = None
+        self.consumed = 0
+        self.plan: Optional[list[int]] = None  # forced completion tokens once the budget is tight
 
     def bitmask(self) -> np.ndarray:
         if self.finished:
             return self.constraint.eos_only_mask()
+        plan = self._budget_plan()
+        if plan is not None:
+            return self._plan_mask(plan)
         return self.constraint.bitmask(self.state)
+
+    def _budget_plan(self) -> Optional[list[int]]:
+        """The completion to force now that few tokens are left (None: no restriction)."""
+        if self.plan is not None or self.budget is None:
+            return self.plan
+        remaining = self.budget - self.consumed
+        if remaining > CHECK_TOKENS:
+            return None
+        with self.constraint._lock:
+            plan = self.constraint.completion.tokens(self.state)
+        if plan is None or len(plan) + MARGIN < remaining or len(plan) > remaining:
+            return None  # room left, or no completion fits (best prefix)
+        self.plan = plan
+        return plan
+
+    def _plan_mask(self, plan: list[int]) -> np.ndarray:
+        c = self.constraint
+        mask = np.zeros(c.vocabulary.num_words, dtype=np.int32)
+        _set_bits(mask, np.array(plan[:1], dtype=np.int64))
+        if not plan or self.is_accepting():
+            _set_bits(mask, c._eos)
+        return mask
 
     def advance(self, token_id: int) -> None:
         c = self.constraint
@@ -143,6 +173,9 @@ class GrammarMatcher(Matcher):
             data = c.vocabulary.token_bytes[token_id] if 0 <= token_id < c.vocabulary.size else None
             raise ConstraintError(f"token {token_id} ({data!r}) is not allowed by the grammar here")
         self.state = nxt
+        self.consumed += 1
+        if self.plan is not None:
+            self.plan = self.plan[1:] if self.plan[:1] == [token_id] else None
 
     def is_accepting(self) -> bool:
         if self.finished:
@@ -159,14 +192,21 @@ class GrammarMatcher(Matcher):
         return not mask.any()
 
     def forced_token_ids(self) -> list[int]:
-        return [] if self.finished else self.constraint.forced.token_ids(self.state)
+        if self.finished:
+            return []
+        plan = self._budget_plan()
+        if plan:
+            return list(plan)  # the budget forces the whole completion
+        return self.constraint.forced.token_ids(self.state)
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""
         return "" if self.finished else self.constraint.forced.string(self.state)
 
     def copy(self) -> "GrammarMatcher":
-        return GrammarMatcher(self.constraint, self.state, self.finished)
+        twin = GrammarMatcher(self.constraint, self.state, self.finished)
+        twin.budget, twin.consumed, twin.plan = self.budget, self.consumed, self.plan
+        return twin
 
 
 def _set_bits(mask: np.ndarray, ids: np.ndarray) -> None:
