@@ -83,6 +83,7 @@ class ConstraintWaiter:
                 failed.append(req)
             else:
                 req.matcher = future.result().matcher()
+                req.matcher.set_token_budget(req.max_new_tokens)
                 ready.append(req)
         self.pending = still
         return ready, failed
