@@ -131,7 +131,8 @@ def apply_constraints_(logits: torch.Tensor, reqs: Sequence, staging: "MaskStagi
     assert sys.byteorder == "little", "packed bitmasks are read as little-endian int32 words"
     width = (logits.shape[-1] + 31) // 32
     masks = [reqs[i].matcher.bitmask() for i in rows]
-    host = (staging or MaskStaging()).host(len(reqs), width, logits.device)  # [B, W] int32 numpy view
+    host_tensor = (staging or MaskStaging()).host(len(reqs), width, logits.device)  # [B, W] int32
+    host = host_tensor.numpy()  # shares the (pinned) memory
     if len(rows) == len(reqs) and all(m.shape == (width,) for m in masks):
         np.stack(masks, out=host)
     else:
@@ -141,7 +142,7 @@ def apply_constraints_(logits: torch.Tensor, reqs: Sequence, staging: "MaskStagi
     if logits.device.type == "cpu":
         _apply_bitmask_cpu_(logits, host)
     else:
-        apply_token_bitmask_(logits, torch.from_numpy(host).to(logits.device, non_blocking=True))
+        apply_token_bitmask_(logits, host_tensor.to(logits.device, non_blocking=True))
 
 
 def _apply_bitmask_cpu_(logits: torch.Tensor, host: np.ndarray) -> None:
@@ -166,9 +167,9 @@ class MaskStaging:
     def __init__(self) -> None:
         self._buffer: "torch.Tensor | None" = None
 
-    def host(self, batch: int, width: int, device: torch.device) -> np.ndarray:
+    def host(self, batch: int, width: int, device: torch.device) -> torch.Tensor:
         buf = self._buffer
         if buf is None or buf.shape[0] < batch or buf.shape[1] != width:
             pin = device.type == "cuda"
             buf = self._buffer = torch.empty((max(batch, 64), width), dtype=torch.int32, pin_memory=pin)
-        return buf[:batch].numpy()
+        return buf[:batch]

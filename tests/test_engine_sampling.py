@@ -145,3 +145,42 @@ def test_top_p_top_k_min_p_sample_the_exact_truncated_distribution():
     assert torch.allclose(_empirical(row, n, min_p=0.3), _truncated(probs, [0, 1, 2]), atol=0.015)
     assert torch.allclose(_empirical(row, n, top_p=0.9, top_k=3), _truncated(probs, [0, 1, 2]), atol=0.015)
     assert torch.allclose(_empirical(row, n), probs, atol=0.015)
+
+
+def test_constraint_masks_match_the_torch_reference():
+    """apply_constraints_ (one stacked buffer, numpy unpacking on CPU) masks exactly what the plain torch
+    unpacking does: full batches, unconstrained rows (all allowed) and masks narrower than the logits."""
+    import numpy as np
+
+    from sgl_runtime.constrained.bitmask import apply_token_bitmask_torch_
+    from sgl_runtime.sampler import MaskStaging, apply_constraints_
+
+    class FixedMatcher:
+        def __init__(self, mask):
+            self.mask = mask
+
+        def bitmask(self):
+            return self.mask
+
+    class R:
+        def __init__(self, matcher):
+            self.matcher = matcher
+
+    rng = np.random.default_rng(0)
+    vocab, words = 100, 4  # 128 bits for 100 logits
+    staging = MaskStaging()
+    for layout in ([True] * 5, [True, False, True, False, False], [False, True]):
+        masks = [rng.integers(-2**31, 2**31, size=words, dtype=np.int64).astype(np.int32) for _ in layout]
+        if layout[0] and not all(layout):
+            masks[0] = masks[0][:2]  # a narrower mask: ids past 64 banned
+        reqs = [R(FixedMatcher(m) if c else None) for m, c in zip(masks, layout)]
+        logits = torch.randn(len(layout), vocab)
+        expected = logits.clone()
+        full = np.full((len(layout), words), -1, dtype=np.int32)
+        for i, (m, c) in enumerate(zip(masks, layout)):
+            if c:
+                full[i] = 0
+                full[i, : len(m)] = m
+        apply_token_bitmask_torch_(expected, torch.from_numpy(full))
+        apply_constraints_(logits, reqs, staging)
+        assert torch.equal(logits, expected)
