@@ -3,7 +3,8 @@
 `GrammarCompletion.tokens(state)` is the canonical tokenization of a short continuation that
 makes the text a sentence, found by a weighted best-first search over single bytes (the exact
 single-byte masks, with optional blanks switched off, as for jump-forward), scored by bytes
-read + 2 * parser stack depth, so closing brackets is preferred to opening new ones. It is not
+read + 2 * parser stack depth, so closing brackets is preferred to opening new ones; only
+bytes the vocabulary has a one-byte token for are used, so the plan can always be tokenized. It is not
 always the shortest, but it is a valid completion whose length is known. A matcher with r
 tokens left computes it only while r <= CHECK_TOKENS, and once len(tokens) + MARGIN >= r it
 forces that plan token by token (EOS allowed where the text already is a sentence). A grammar
@@ -39,6 +40,8 @@ class GrammarCompletion:
         self.engine = constraint.engine
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
+        vocab = constraint.vocabulary  # bytes with a one-byte token: the completion uses only these
+        self._byte_ok = np.array([bool(vocab.ids_for_bytes(bytes([b]))) for b in range(256)])
 
     def tokens(self, state: GrammarState) -> Optional[list[int]]:
         """Token ids of a completion from `state` ([] if the text is a sentence), None if none found."""
@@ -68,7 +71,7 @@ class GrammarCompletion:
                 if engine.at_eof(s):
                     return path
                 bits = np.unpackbits(c.forced._bytes.mask(s).view(np.uint8), bitorder="little")
-                for b in np.nonzero(bits[:256])[0].tolist():
+                for b in np.nonzero(bits[:256].astype(bool) & self._byte_ok)[0].tolist():
                     nxt = engine.feed(s, bytes([b]))
                     if nxt is None:
                         continue
