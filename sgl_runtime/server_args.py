@@ -58,7 +58,7 @@ class ServerArgs:
     # Constrained decoding
     disable_jump_forward: bool = _arg(False, "Do not jump forward over forced constraint text.")
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
-    constraint_compile_timeout: float = _arg(30.0, "Seconds one constraint may take to compile before it is rejected.")
+    constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
 
     def __post_init__(self) -> None:
         for name, value in self._choice_fields():

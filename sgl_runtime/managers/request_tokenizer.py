@@ -4,10 +4,10 @@ raising InvalidRequestError (HTTP 400) with a message naming the problem."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from sgl_runtime.io_struct import TokenizedGenerateReqInput
+from sgl_runtime.managers.constraint_validator import ConstraintValidator
 from sgl_runtime.managers.generate_request import SingleRequest
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
@@ -23,7 +23,7 @@ class ModelInfo:
 
 
 class RequestTokenizer:
-    """Owns the tokenizer and a compiled-constraint cache of the main process."""
+    """Owns the tokenizer and the constraint validator of the main process."""
 
     def __init__(self, server_args: ServerArgs, model_info: ModelInfo) -> None:
         from sgl_runtime.tokenizer_utils import load_tokenizer
@@ -31,7 +31,11 @@ class RequestTokenizer:
         self.server_args = server_args
         self.model_info = model_info
         self.tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.chat_template)
-        self._constraint_cache = None
+        self.constraint_validator = ConstraintValidator(
+            server_args.tokenizer_path or server_args.model_path, model_info.vocab_size, model_info.eos_token_ids,
+            timeout=server_args.constraint_compile_timeout, chat_template=server_args.chat_template,
+            cache_size=server_args.constrained_cache_size,
+        )
 
     def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
         """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
@@ -79,27 +83,23 @@ class RequestTokenizer:
                 f"sampling_params.max_new_tokens: {len(input_ids)} prompt tokens + {params.max_new_tokens} new tokens "
                 f"exceed the model's context length of {limit}")
 
+    def start(self) -> None:
+        """Start the constraint validator's worker processes (from the event loop's thread)."""
+        self.constraint_validator.start()
+
+    def close(self) -> None:
+        self.constraint_validator.close()
+
     async def check_constraint(self, params: SamplingParams) -> None:
-        """Compile the constraint (cached) so a bad one is a 400 before anything is scheduled."""
+        """Compile the constraint in a killable worker process (outcomes cached) so that a bad
+        or too slow one is a 400 before anything is scheduled."""
         if params.constraint is None:
             return
         from sgl_runtime.constrained import ConstraintError
 
         kind, spec = params.constraint
         try:
-            # shield: cancelling this wait must not cancel the cache's shared future
-            await asyncio.shield(asyncio.wrap_future(self._constraints().submit(kind, spec)))
+            await self.constraint_validator.check(kind, spec)
         except ConstraintError as exc:
             field = {"grammar": "ebnf"}.get(kind, kind)
             raise InvalidRequestError(f"sampling_params.{field}: {exc}") from exc
-
-    def _constraints(self):
-        if self._constraint_cache is None:
-            from sgl_runtime.constrained.cache import ConstraintCache
-
-            self._constraint_cache = ConstraintCache(
-                self.tokenizer, self.model_info.vocab_size, set(self.model_info.eos_token_ids),
-                max_size=self.server_args.constrained_cache_size,
-                compile_timeout=self.server_args.constraint_compile_timeout,
-            )
-        return self._constraint_cache

@@ -55,6 +55,7 @@ class TokenizerManager:
         self._to_scheduler = make_socket(context, zmq.PUSH, self._addresses.tokenizer_to_scheduler, bind=False)
         self._from_detokenizer = make_socket(context, zmq.PULL, self._addresses.detokenizer_to_tokenizer, bind=True)
         self._receiver = asyncio.create_task(self._receive_loop())
+        self.requests.start()
 
     async def _receive_loop(self) -> None:
         while True:
@@ -93,10 +94,11 @@ class TokenizerManager:
         if len({single.rid for single in singles}) < len(singles):
             raise InvalidRequestError("rid: the ids of a batch must be distinct")
         prepared = [self.requests.prepare(single) for single in singles]
+        # Constraints are validated (compiled in a killable worker process, with a timeout) before
+        # the scheduler sees the request, so its own compile only runs on constraints known to be
+        # bounded; a bad or too slow one is a 400 and nothing is scheduled.
+        await asyncio.gather(*(self.requests.check_constraint(t.sampling_params) for t in prepared))
         self._check_rids_free(prepared)
-        # Constraints are compiled here (a bad one is a 400) while the scheduler, which compiles
-        # them too before scheduling the request, already has it: the two compiles overlap.
-        checks = asyncio.gather(*(self.requests.check_constraint(t.sampling_params) for t in prepared))
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
         try:
@@ -104,7 +106,6 @@ class TokenizerManager:
                 await self._warm_prefix_for_n(tokenized, updates, request)
                 for copy in _expand_n(tokenized):
                     states.append(self._register(copy, single, updates, len(states)))
-            await checks
             multi = is_batch or len(states) > 1
             if obj.stream:
                 async for state in self._updates(states, updates, request):
@@ -117,10 +118,6 @@ class TokenizerManager:
                 results = [state.response() for state in states]
                 yield results if multi else results[0]
         finally:
-            if not checks.done():
-                checks.cancel()
-            elif not checks.cancelled():
-                checks.exception()  # retrieved (it may be the error being raised)
             for state in states:
                 if not state.finished:
                     self.abort(state.rid)
