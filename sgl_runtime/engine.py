@@ -17,6 +17,11 @@ class Engine:
     """Loads the model (the built-in demo model when `model_path` is None) and generates synchronously.
 
     `server_args` are ServerArgs fields (device="cpu", max_total_tokens=..., ...).
+
+    Constraints are compiled in-process, in the scheduler's worker threads: a compile that
+    outlives `constraint_compile_timeout` fails its request, but its thread cannot be killed and
+    runs on (holding the GIL) until it finishes. Pass only constraints you trust; the HTTP server
+    validates untrusted ones in killable processes first (managers/constraint_validator.py).
     """
 
     def __init__(self, model_path: Optional[str] = None, **server_args: Any) -> None:
