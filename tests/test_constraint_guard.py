@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import threading
 import time
 
@@ -89,6 +90,16 @@ def test_concurrent_callers_share_one_compile(loop, validator):
 
     first, second = loop.run_until_complete(both())
     assert first.ok and second is first
+
+
+def test_a_dead_idle_worker_is_replaced(loop, validator):
+    (pid,) = validator.worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert loop.run_until_complete(validator.validate("regex", r"after[0-9]+")).ok
+    assert pid not in validator.worker_pids() and len(validator.worker_pids()) == 1
 
 
 def test_outcome_cache_is_bounded_lru(loop, validator):

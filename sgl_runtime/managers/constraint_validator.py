@@ -109,13 +109,7 @@ class ConstraintValidator:
 
     # ---------------------------------------------------------------- private
     async def _compile(self, kind: str, spec: Any) -> _Outcome:
-        self.start()
-        try:
-            # a worker enters the idle queue only once it has loaded the tokenizer
-            worker = await asyncio.wait_for(self._idle.get(), self._max_wait)
-        except asyncio.TimeoutError:
-            raise ValidatorUnavailable(f"no constraint validator process became free within {self._max_wait:g} s"
-                                       + (f" (last start-up error: {self._start_error})" if self._start_error else ""))
+        worker = await self._free_worker()
         try:
             outcome = await worker.run(kind, spec, self.timeout)
         except asyncio.TimeoutError:
@@ -131,6 +125,21 @@ class ConstraintValidator:
         else:
             self._replace(worker)
         return outcome
+
+    async def _free_worker(self) -> "_Worker":
+        """An idle worker that has loaded the tokenizer (one found dead is replaced)."""
+        self.start()
+        deadline = time.monotonic() + self._max_wait
+        while True:
+            try:
+                worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise ValidatorUnavailable(
+                    f"no constraint validator process became free within {self._max_wait:g} s"
+                    + (f" (last start-up error: {self._start_error})" if self._start_error else "")) from None
+            if worker.process.is_alive():
+                return worker
+            self._replace(worker)
 
     def _settle(self, key: tuple[str, str], task: asyncio.Task) -> None:
         self._in_flight.pop(key, None)
