@@ -70,7 +70,7 @@ def test_byte_distances_are_exact():
     c = tiny("ab*c")
     dist = byte_distances(c.dfa)
     m = c.matcher()
-    assert dist[m.state] == 2
+    assert dist[m.state] == 2 and c.budget.tokens_to_accept(m.state) == 2  # along "a" "c"
     m.advance(0)
     assert dist[m.state] == 1
     m.advance(5)
@@ -92,6 +92,14 @@ def test_exact_budget_masks_on_tiny_vocabulary():
     assert twin.is_terminated() and m.remaining_tokens() == 1 and twin.remaining_tokens() == 0
 
 
+def test_token_bound_uses_multi_byte_tokens():
+    c = tiny("abcc")
+    m = c.matcher()
+    assert c.budget.dist[m.state] == 4 and c.budget.tokens_to_accept(m.state) == 2  # "abc" "c"
+    m.set_token_budget(2)
+    assert allowed_ids(m.bitmask()) == [3]  # "a" or "ab" first would need 3 tokens
+
+
 def test_zero_budget_allows_only_eos_where_accepting():
     c = tiny("a(bc)*")
     m = c.matcher()
@@ -107,7 +115,7 @@ def test_tiny_random_walks_end_accepting(pattern):
     c = DFAConstraint(ByteDFA.from_regex(pattern), vocab)
     rng = random.Random(1)
     for _ in range(100):
-        budget = rng.randint(int(c.budget.dist[c.dfa.initial]), 12)
+        budget = rng.randint(c.budget.tokens_to_accept(c.dfa.initial), 12)
         out, _ = walk(c, budget, rng)
         assert len(out) <= budget and c.accepts(decode(c, out))
 
@@ -120,7 +128,7 @@ def test_regex_walks_end_accepting_within_budget(qwen, pattern):
     c = compile_constraint("regex", pattern, qwen)
     rng = random.Random(hash(pattern) % 1000)
     for _ in range(30):
-        budget = rng.randint(int(c.budget.dist[c.dfa.initial]), 40)
+        budget = rng.randint(c.budget.tokens_to_accept(c.dfa.initial), 40)
         out, _ = walk(c, budget, rng)
         assert len(out) <= budget and re.fullmatch(pattern, decode(c, out), re.ASCII), decode(c, out)
 
@@ -129,7 +137,7 @@ def test_schema_walks_end_valid_within_budget(qwen):
     c = compile_constraint("json_schema", json.dumps(SCHEMA), qwen)
     rng = random.Random(7)
     for _ in range(30):
-        budget = rng.randint(int(c.budget.dist[c.dfa.initial]), 60)
+        budget = rng.randint(c.budget.tokens_to_accept(c.dfa.initial), 60)
         out, _ = walk(c, budget, rng)
         assert len(out) <= budget
         jsonschema.validate(json.loads(decode(c, out)), SCHEMA)
