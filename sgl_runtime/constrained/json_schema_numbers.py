@@ -1,8 +1,14 @@
-"""JSON number automata: canonical numbers, exact decimal bounds, multipleOf by a modulo DFA.
+"""JSON number automata: one spelling per value, exact decimal bounds, multipleOf by a modulo DFA.
 
-Numbers are accepted in plain decimal notation only, `-?(0|[1-9][0-9]*)(\\.[0-9]+)?` (no
-exponent), so integer-ness, bounds and multiples are decided exactly on the digits. An
-integer may carry a zero fraction (`1.0` is the integer 1, as JSON Schema says).
+Each numeric value is accepted only as `json.dumps` spells the Python int or float holding it,
+in plain decimal notation (no exponent): integer digits without leading zeros ("0", "-5"),
+an integral float with one zero fraction ("1.0", the integer 1 as JSON Schema says), any
+other fraction without trailing zeros ("1.5", never "1.50"). Zero is never negative ("-0",
+"-0.0" are rejected) and a fraction has at most MAX_FRACTION_DIGITS digits (every plain float
+repr fits), so a bounded range is a finite language and a model cannot loop on digits that
+do not change the value. Free-form values use the same numbers, so complements (`not`) agree.
+Bounds and multiples are decided exactly on the digits over a broader internal language
+(BROAD_NONNEG_RE) and then cut down to those spellings.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from sgl_runtime.constrained.json_schema_ops import concat, difference, intersec
 
 MAX_MODULUS_STATES = 20_000
 MAX_BOUND_DIGITS = 400
-
-NONNEG_RE = r"(0|[1-9][0-9]*)(\.[0-9]+)?"
+MAX_FRACTION_DIGITS = 20  # repr(float) in plain notation: <= 17 significant digits, >= 1e-4
+_FRACTION_RE = r"\.(0|[0-9]{0,%d}[1-9])" % (MAX_FRACTION_DIGITS - 1)
+_NONZERO_RE = r"(0\.[0-9]{0,%d}[1-9]|[1-9][0-9]*(%s)?)" % (MAX_FRACTION_DIGITS - 1, _FRACTION_RE)
+NUMBER_RE = r"(0|[1-9][0-9]*)(%s)?|-%s" % (_FRACTION_RE, _NONZERO_RE)  # one spelling per value
+BROAD_NONNEG_RE = r"(0|[1-9][0-9]*)(\.[0-9]+)?"  # any digits; only inside bound computations
 ZERO_RE = r"0(\.0+)?"
 
 
@@ -30,11 +39,13 @@ def rx(pattern: str) -> Dfa:
 
 
 def number_universe() -> Dfa:
-    return rx("-?" + NONNEG_RE)
+    """The single spelling of every number; also the numbers of free-form values, so `not` stays sound."""
+    return rx(NUMBER_RE)
 
 
 def integer_universe() -> Dfa:
-    return rx(r"-?(0|[1-9][0-9]*)(\.0+)?")
+    """Integer values: plain digits, or the integral float spelling with one ".0"."""
+    return rx(r"0(\.0)?|-?[1-9][0-9]*(\.0)?")
 
 
 def to_decimal(value, keyword: str) -> Decimal:
@@ -97,7 +108,11 @@ def _neg(dfa: Dfa) -> Dfa:
 @functools.lru_cache(maxsize=256)
 def greater_than(c: Decimal, inclusive: bool) -> Dfa:
     """Canonical numbers x with x > c (x >= c when inclusive)."""
-    nonneg = rx(NONNEG_RE)
+    return intersect(number_universe(), _broad_greater_than(c, inclusive))
+
+
+def _broad_greater_than(c: Decimal, inclusive: bool) -> Dfa:
+    nonneg = rx(BROAD_NONNEG_RE)
     if c > 0:
         return _mag_ge(c) if inclusive else _mag_gt(c)
     if c == 0:
@@ -122,7 +137,7 @@ def multiple_of(k: Decimal) -> Dfa:
     modulus = int(k * (Decimal(10) ** scale))
     if modulus * (scale + 2) > MAX_MODULUS_STATES:
         raise ConstraintError(f"multipleOf: {k} needs too many states (modulus {modulus})")
-    return _modulo_dfa(modulus, scale)
+    return intersect(number_universe(), _modulo_dfa(modulus, scale))
 
 
 def _modulo_dfa(modulus: int, scale: int) -> Dfa:
@@ -179,9 +194,10 @@ def number_dfa(integer: bool, schema: dict) -> Dfa:
 
 
 def number_literal_dfa(value) -> Dfa:
-    """Every canonical spelling of the numeric value `value` (1 == 1.0 == 1.00)."""
+    """The spellings of the numeric value `value`: "1" and "1.0" for one, "1.5" for 1.5."""
     dec = to_decimal(value, "const/enum")
-    mag = _mag_eq(abs(dec))
-    if dec == 0:
-        return union(mag, _neg(mag))
-    return _neg(mag) if dec < 0 else mag
+    whole, frac = _split(abs(dec))
+    sign = "-" if dec < 0 else ""
+    if frac:
+        return literal(f"{sign}{whole}.{frac}")
+    return union(literal(sign + whole), literal(f"{sign}{whole}.0"))
