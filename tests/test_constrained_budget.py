@@ -39,7 +39,8 @@ def walk(constraint, budget, rng: random.Random) -> tuple[list[int], bool]:
     m.set_token_budget(budget)
     eos, out = set(constraint.vocabulary.eos_token_ids), []
     while budget is None or len(out) < budget:
-        choice = rng.choice(allowed_ids(m.bitmask()))
+        ids = np.nonzero(np.unpackbits(m.bitmask().view(np.uint8), bitorder="little"))[0]
+        choice = int(ids[rng.randrange(len(ids))])
         if choice in eos:
             return out, True
         m.advance(choice)
