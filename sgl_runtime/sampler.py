@@ -31,6 +31,8 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, reqs: Sequence) -> torch.Tensor:
         """logits: [B, V] float (modified in place); returns [B] int64 token ids on the same device."""
+        if _plain_greedy(reqs):  # the common case: one argmax, no per-request tensors
+            return logits.argmax(dim=-1)
         apply_penalties_(logits, reqs)
         mask_stop_tokens_(logits, reqs)
         apply_constraints_(logits, reqs, self.staging)
@@ -53,6 +55,19 @@ class Sampler:
         if top_p_rows:
             tokens = _reject_outside_top_p(probs, allowed, tokens, top_p_rows, reqs)
         return tokens
+
+
+def _plain_greedy(reqs: Sequence) -> bool:
+    """Greedy with no penalty, no pending min_new_tokens stop mask and no constraint, for every request."""
+    for req in reqs:
+        params = req.sampling_params
+        if (
+            req.matcher is not None or not params.is_greedy or params.repetition_penalty != 1.0
+            or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+            or len(req.output_ids) < params.min_new_tokens
+        ):
+            return False
+    return True
 
 
 def _top_k_min_p(probs: torch.Tensor, reqs: Sequence) -> torch.Tensor:

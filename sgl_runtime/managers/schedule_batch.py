@@ -9,6 +9,7 @@ batch runs in DECODE mode, otherwise in EXTEND mode.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from typing import Optional
@@ -98,64 +99,88 @@ class ScheduleBatch:
 
     # ------------------------------------------------------------------ building
     def prepare(self) -> ForwardBatch:
-        """Allocate slots for every request's new tokens and describe the forward."""
+        """Allocate slots for every request's new tokens and describe the forward.
+
+        Every index tensor the forward needs travels in one (pinned on CUDA) staging buffer and one
+        non-blocking copy: a plain torch.tensor(list, device="cuda") would sync the stream each time."""
         self._assign_req_rows()
-        ext_lens = [r.extend_input_len for r in self.reqs]
-        assert all(n > 0 for n in ext_lens), f"every request must extend, got {ext_lens}"
+        reqs = self.reqs
+        ext_lens = [r.extend_input_len for r in reqs]
+        assert min(ext_lens) > 0, f"every request must extend, got {ext_lens}"
         total = sum(ext_lens)
         out_cache_loc = self.out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
-        prefix_lens = [r.kv_len for r in self.reqs]
-        is_decode = all(n == 1 for n in ext_lens)
-        input_ids, positions = self._write_tokens(out_cache_loc, prefix_lens, ext_lens, is_decode)
-        self._build_layout(prefix_lens, ext_lens)
-        seq_lens = [p + n for p, n in zip(prefix_lens, ext_lens)]
-        is_decode = is_decode and all(end - start == 1 for start, end in zip(self.layout.row_start, self.layout.row_end))
-        starts = [0]
-        for n in ext_lens[:-1]:
-            starts.append(starts[-1] + n)
-        logits_indices = self._logits_indices(starts)
-        dev = self.device
-
-        def t(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.int64, device=dev)
-
+        prefix_lens = [r.kv_len for r in reqs]
+        bs = len(reqs)
+        one_each = total == bs
+        self._build_layout(prefix_lens, ext_lens, one_each)
+        is_decode = one_each and self.layout.row_end[-1] == bs  # one logits row per request
+        if one_each:
+            ids = [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
+            positions = prefix_lens
+            seq_lens = [p + 1 for p in prefix_lens]
+            starts = list(range(bs))
+        else:
+            ids, positions, seq_lens, starts = self._extend_columns(prefix_lens, ext_lens)
+        rows = [r.req_pool_idx for r in reqs]
+        logits_rows = starts if is_decode else self._logits_indices(starts)
+        (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t) = self._to_device(
+            [ids, positions, rows, seq_lens, prefix_lens, ext_lens, starts, logits_rows]
+        )
+        self._write_table(out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each)
         return ForwardBatch(
             forward_mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
-            batch_size=len(self.reqs),
+            batch_size=bs,
             input_ids=input_ids,
-            positions=positions,
-            req_pool_indices=t([r.req_pool_idx for r in self.reqs]),
-            seq_lens=t(seq_lens),
-            extend_prefix_lens=t(prefix_lens),
-            extend_seq_lens=t(ext_lens),
-            extend_start_loc=t(starts),
-            out_cache_loc=out_cache_loc.to(dev),
+            positions=positions_t,
+            req_pool_indices=rows_t,
+            seq_lens=seq_lens_t,
+            extend_prefix_lens=prefix_t,
+            extend_seq_lens=ext_t,
+            extend_start_loc=starts_t,
+            out_cache_loc=out_cache_loc.to(self.device),
             seq_lens_cpu=seq_lens,
             extend_prefix_lens_cpu=prefix_lens,
             extend_seq_lens_cpu=ext_lens,
-            logits_indices=logits_indices,
+            logits_indices=logits_t,
         )
 
-    def _write_tokens(self, out_cache_loc, prefix_lens, ext_lens, is_decode):
-        table = self.req_to_token_pool.req_to_token
-        dev = self.device
-        if is_decode:
-            rows = torch.tensor([r.req_pool_idx for r in self.reqs], dtype=torch.int64, device=table.device)
-            cols = torch.tensor(prefix_lens, dtype=torch.int64, device=table.device)
-            table[rows, cols] = out_cache_loc.to(table.device, table.dtype)
-            ids = [r.token_at(p) for r, p in zip(self.reqs, prefix_lens)]
-            return (torch.tensor(ids, dtype=torch.int64, device=dev), cols.to(dev))
+    def _extend_columns(self, prefix_lens: list[int], ext_lens: list[int]):
         ids: list[int] = []
         positions: list[int] = []
-        offset = 0
+        starts: list[int] = []
         for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
-            table[req.req_pool_idx, start : start + n] = out_cache_loc[offset : offset + n].to(table.device, table.dtype)
+            starts.append(len(ids))
             ids.extend(req.fill_ids[start : start + n])
             positions.extend(range(start, start + n))
-            offset += n
-        return (torch.tensor(ids, dtype=torch.int64, device=dev), torch.tensor(positions, dtype=torch.int64, device=dev))
+        seq_lens = [p + n for p, n in zip(prefix_lens, ext_lens)]
+        return ids, positions, seq_lens, starts
 
-    def _build_layout(self, prefix_lens: list[int], ext_lens: list[int]) -> None:
+    def _to_device(self, columns: list[list[int]]) -> list[torch.Tensor]:
+        """int64 host lists -> device tensors (views of one buffer) through one staging copy."""
+        sizes = [len(c) for c in columns]
+        pin = torch.device(self.device).type == "cuda"
+        host = torch.empty(sum(sizes), dtype=torch.int64, pin_memory=pin)
+        host.numpy()[:] = list(itertools.chain.from_iterable(columns))
+        # The caching host allocator keeps the pinned block until this copy is done.
+        packed = host.to(self.device, non_blocking=True) if pin else host
+        return list(packed.split(sizes))
+
+    def _write_table(self, out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each: bool) -> None:
+        """Point each new token's req_to_token entry at its KV slot (device ops, no sync)."""
+        table = self.req_to_token_pool.req_to_token
+        slots = out_cache_loc.to(table.device, table.dtype)
+        if one_each:
+            table[rows_t.to(table.device), positions_t.to(table.device)] = slots
+            return
+        offset = 0
+        for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
+            table[req.req_pool_idx, start : start + n] = slots[offset : offset + n]
+            offset += n
+
+    def _build_layout(self, prefix_lens: list[int], ext_lens: list[int], one_each: bool = False) -> None:
+        if one_each and all(r.kv_len + 1 == r.seq_len and not r.need_input_logprobs for r in self.reqs):
+            self._decode_layout()
+            return
         layout = LogitsLayout()
         self._row_offsets: list[tuple[int, int]] = []  # (first new-token offset, row count) per request
         row = 0
@@ -176,6 +201,16 @@ class ScheduleBatch:
             layout.score_targets.append([fill[p + 1] for p in positions])
         self.layout = layout
 
+    def _decode_layout(self) -> None:
+        """Every request samples its one new token, no prompt logprobs: row i is request i's sampling row."""
+        bs = len(self.reqs)
+        self.layout = LogitsLayout(
+            row_start=list(range(bs)), row_end=list(range(1, bs + 1)),
+            samples=[True] * bs,
+            score_targets=[[] for _ in range(bs)], score_positions=[[] for _ in range(bs)],
+        )
+        self._row_offsets = [(0, 1)] * bs
+
     @staticmethod
     def _score_positions(req: Req, start: int, end: int) -> list[int]:
         """Prompt positions p in [start, end) whose logits score a requested prompt token p + 1
@@ -187,11 +222,11 @@ class ScheduleBatch:
         hi = min(end, prompt_len - 1)
         return list(range(lo, hi))
 
-    def _logits_indices(self, starts: list[int]) -> torch.Tensor:
+    def _logits_indices(self, starts: list[int]) -> list[int]:
         rows: list[int] = []
         for base, (first, count) in zip(starts, self._row_offsets):
             rows.extend(range(base + first, base + first + count))
-        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+        return rows
 
     def commit_forward(self) -> None:
         """After the forward: the new tokens' KV is in the pool."""

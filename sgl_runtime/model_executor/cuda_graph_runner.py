@@ -57,6 +57,7 @@ class CudaGraphRunner:
         self.seq_lens, self.out_cache_loc = zeros() + 1, zeros() + self.dummy_slot
         self.ones = zeros() + 1
         self.start_loc = torch.arange(n, dtype=torch.int64, device=device)
+        self._dirty_upto = 0  # entries [0, _dirty_upto) may hold a past batch's values, the rest padding
 
     # ------------------------------------------------------------------ capture
     def _static_batch(self, bs: int) -> ForwardBatch:
@@ -99,12 +100,14 @@ class CudaGraphRunner:
         """logits [bs, vocab] float32 (a view of the graph's output, valid until the next replay)."""
         bs = forward_batch.batch_size
         padded = self.batch_sizes[bisect.bisect_left(self.batch_sizes, bs)]
-        if padded > bs:
-            self.seq_lens[bs:padded].fill_(1)
-            self.req_pool_indices[bs:padded].zero_()
-            self.out_cache_loc[bs:padded].fill_(self.dummy_slot)
-            self.positions[bs:padded].zero_()
-            self.input_ids[bs:padded].zero_()
+        dirty = self._dirty_upto
+        if dirty > bs:  # a larger batch left real entries past bs: reset them to padding
+            self.seq_lens[bs:dirty].fill_(1)
+            self.req_pool_indices[bs:dirty].zero_()
+            self.out_cache_loc[bs:dirty].fill_(self.dummy_slot)
+            self.positions[bs:dirty].zero_()
+            self.input_ids[bs:dirty].zero_()
+        self._dirty_upto = bs
         self.input_ids[:bs].copy_(forward_batch.input_ids, non_blocking=True)
         self.positions[:bs].copy_(forward_batch.positions, non_blocking=True)
         self.req_pool_indices[:bs].copy_(forward_batch.req_pool_indices, non_blocking=True)
