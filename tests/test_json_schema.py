@@ -386,3 +386,16 @@ def test_numeric_const_spellings_follow_json_dumps():
     dfa = schema_to_dfa({"enum": [0, 2.5]})
     assert dfa.accepts("0") and dfa.accepts("0.0") and dfa.accepts("2.5")
     assert not any(dfa.accepts(t) for t in ["-0", "-0.0", "0.00", "2.50"])
+
+
+def test_compile_constraint_passes_schema_budget_options():
+    from sgl_runtime.constrained import compile_constraint
+    from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+
+    tok = load_qwen2_tokenizer()
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 40} for i in range(6)}}
+    with pytest.raises(ConstraintError, match="too complex"):
+        compile_constraint("json_schema", schema, tok, max_work_states=50)
+    constraint = compile_constraint("json_schema", {"type": "integer", "minimum": 0, "maximum": 99}, tok,
+                                    max_nesting_depth=1, max_work_states=10_000)
+    assert constraint.matcher() is not None
