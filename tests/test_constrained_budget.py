@@ -156,6 +156,18 @@ def test_grammar_walks_end_in_a_sentence_within_budget(qwen, name):
         parser.parse(decode(c, out))  # raises if the text is not a sentence
 
 
+def test_grammar_walks_with_a_tight_budget(qwen):
+    c = compile_constraint("grammar", "arithmetic", qwen)
+    m = c.matcher()
+    m.advance(qwen.encode("x", add_special_tokens=False)[0])
+    assert c.completion.tokens(m.state) == []  # already a sentence: nothing to add
+    parser = lark.Lark(grammar_text("arithmetic"), parser="lalr")
+    rng = random.Random(4)
+    for _ in range(40):
+        out, _ = walk(c, 16, rng)
+        parser.parse(decode(c, out))
+
+
 def test_grammar_walks_on_tiny_vocabulary():
     tokens = ['{', '}', '[', ']', '"', 'a', '"a"', ':', ',', '1', '12', '[[', '{"a":[', ' ', 'true']
     c = compile_grammar("json", Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)]))

@@ -19,7 +19,7 @@ from server_fixtures import start_server
 from sgl_runtime.constrained.grammar_source import grammar_text
 
 N = 200
-MAX_NEW_TOKENS = 24
+MAX_NEW_TOKENS = 12
 
 REGEXES = [r"[a-z]+@[a-z]+\.com", r'\{"x": \[[0-9]+(, [0-9]+)*\]\}', r"\d{3}-\d{2,4}( ext\. \w+)?"]
 SCHEMAS = [
@@ -27,9 +27,8 @@ SCHEMAS = [
                                       "tags": {"type": "array", "items": {"type": "string"}}},
      "required": ["name", "tags"], "additionalProperties": False},
     {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
-                                      "size": {"type": "integer", "minimum": 1, "maximum": 99},
-                                      "ok": {"type": "boolean"}},
-     "required": ["color", "size", "ok"], "additionalProperties": False},
+                                      "size": {"type": "integer", "minimum": 1, "maximum": 99}},
+     "required": ["color", "size"], "additionalProperties": False},
     {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 5},
 ]
 GRAMMARS = ["json", "arithmetic"]

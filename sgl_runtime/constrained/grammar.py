@@ -197,7 +197,16 @@ class GrammarMatcher(Matcher):
         plan = self._budget_plan()
         if plan:
             return list(plan)  # the budget forces the whole completion
-        return self.constraint.forced.token_ids(self.state)
+        ids = self.constraint.forced.token_ids(self.state)
+        if ids and self.budget is not None and self.budget - self.consumed <= CHECK_TOKENS:
+            state = self.state
+            for i in ids:
+                state = self.constraint.step(state, i)
+            with self.constraint._lock:
+                after = self.constraint.completion.tokens(state)
+            if after is not None and len(after) > self.budget - self.consumed - len(ids):
+                return []  # too long for the budget: the planned completion is forced instead
+        return ids
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""

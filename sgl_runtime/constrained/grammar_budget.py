@@ -86,6 +86,8 @@ class GrammarCompletion:
     def _tokenize(self, state: GrammarState, data: bytes) -> Optional[list[int]]:
         """Canonical ids for `data` that step legally from `state`, else one byte per token."""
         c = self.constraint
+        if not data:
+            return []
         for ids in (_tokenize(c.vocabulary, data), _byte_tokens(c.vocabulary, data)):
             s = state
             for i in ids or []:

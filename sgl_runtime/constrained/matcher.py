@@ -99,7 +99,20 @@ class DFAMatcher(Matcher):
     def forced_token_ids(self) -> list[int]:
         if self.finished:
             return []
-        return self.constraint.jump_forward.forced_token_ids(self.state)
+        ids = self.constraint.jump_forward.forced_token_ids(self.state)
+        if ids and self.budget is not None and not self._forced_fit(ids):
+            return []  # the budget masks spell the forced text in fewer tokens
+        return ids
+
+    def _forced_fit(self, ids: list[int]) -> bool:
+        """Whether a sentence still fits the budget after appending `ids`."""
+        c = self.constraint
+        state = self.state
+        for i in ids:
+            state = c.dfa.walk(state, c.vocabulary.token_bytes[i])
+        remaining = self.budget - self.consumed
+        return c.budget.tokens_to_accept(self.state) > remaining or \
+            c.budget.tokens_to_accept(state) <= remaining - len(ids)
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""
