@@ -58,14 +58,10 @@ class Sampler:
 
 
 def _plain_greedy(reqs: Sequence) -> bool:
-    """Greedy with no penalty, no pending min_new_tokens stop mask and no constraint, for every request."""
+    """Greedy with no penalty, no pending min_new_tokens stop mask and no constraint, for every request
+    (Req.plain_greedy; request-like objects without it take the general path)."""
     for req in reqs:
-        params = req.sampling_params
-        if (
-            req.matcher is not None or not params.is_greedy or params.repetition_penalty != 1.0
-            or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-            or len(req.output_ids) < params.min_new_tokens
-        ):
+        if not getattr(req, "plain_greedy", False) or req.matcher is not None or len(req.output_ids) < req.sampling_params.min_new_tokens:
             return False
     return True
 

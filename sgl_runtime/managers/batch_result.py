@@ -17,6 +17,8 @@ from sgl_runtime.sampler import Sampler
 @torch.inference_mode()  # the logits are inference tensors, edited in place by the sampler
 def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sampler, jump_forward: bool) -> int:
     """Consume the logits of one forward; returns how many output tokens were added."""
+    if batch.plain_decode:
+        return _append_sampled(batch.reqs, logits, sampler, jump_forward)
     record_prompt_logprobs(batch, logits)
     layout = batch.layout
     rows = [end - 1 for end, s, r in zip(layout.row_end, layout.samples, batch.reqs) if s and r.max_new_tokens > 0]
@@ -30,6 +32,11 @@ def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sa
         sample_logits = logits  # every row samples (decode): no [B, V] gather; the sampler edits it in place
     else:
         sample_logits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]  # [B, V]
+    return _append_sampled(reqs, sample_logits, sampler, jump_forward)
+
+
+def _append_sampled(reqs: list[Req], sample_logits: torch.Tensor, sampler: Sampler, jump_forward: bool) -> int:
+    """Sample one token per row of sample_logits [B, V] (row i: reqs[i]) and append it (plus forced text)."""
     lp_index = [i for i, r in enumerate(reqs) if r.return_logprob]
     raw = sample_logits[lp_index].clone() if lp_index else None
     next_ids = sampler(sample_logits, reqs).tolist()
@@ -38,11 +45,15 @@ def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sa
         for i, lp, top in zip(lp_index, chosen, tops):
             reqs[i].output_token_logprobs.append((lp, next_ids[i]))
             reqs[i].output_top_logprobs.append(top)
+    if not (jump_forward and any(r.matcher is not None for r in reqs)):
+        for req, token_id in zip(reqs, next_ids):
+            req.append_token(token_id)  # tolist() gave Python ints
+        return len(reqs)
     added = 0
     for req, token_id in zip(reqs, next_ids):
         before = len(req.output_ids)
-        req.append_token(int(token_id))
-        if jump_forward and not req.finished:
+        req.append_token(token_id)
+        if not req.finished:
             jump_forward_(req)
         added += len(req.output_ids) - before
     return added

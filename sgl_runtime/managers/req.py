@@ -79,6 +79,10 @@ class Req:
 
         # Sampling and constraints
         self.eos_token_ids = eos_token_ids
+        # Greedy without penalties: with no constraint and min_new_tokens reached, sampling is one argmax.
+        self.plain_greedy = sampling_params.is_greedy and sampling_params.repetition_penalty == 1.0 and (
+            sampling_params.frequency_penalty == 0.0 and sampling_params.presence_penalty == 0.0
+        )
         self.generator: Optional[torch.Generator] = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed + index)

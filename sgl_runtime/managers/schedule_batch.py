@@ -73,6 +73,7 @@ class ScheduleBatch:
         self.out_cache_loc: Optional[torch.Tensor] = None  # the new tokens' KV slots, once allocated
         self.committed = False  # the forward ran: those slots now count in each request's kv_len
         self.is_prefill = False  # admitted / chunked prefills: cached in the radix tree after the forward
+        self.plain_decode = False  # row i samples request i's next token; no prompt logprobs, no max_new_tokens=0
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -156,14 +157,21 @@ class ScheduleBatch:
         return ids, positions, seq_lens, starts
 
     def _to_device(self, columns: list[list[int]]) -> list[torch.Tensor]:
-        """int64 host lists -> device tensors (views of one buffer) through one staging copy."""
-        sizes = [len(c) for c in columns]
+        """int64 host lists -> device tensors (views of one buffer) through one staging copy. Each
+        column starts 16-byte aligned, as Triton kernels specialise on pointer alignment."""
+        flat: list[int] = []
+        bounds: list[tuple[int, int]] = []
+        for column in columns:
+            if len(flat) % 2:
+                flat.append(0)
+            bounds.append((len(flat), len(flat) + len(column)))
+            flat.extend(column)
         pin = torch.device(self.device).type == "cuda"
-        host = torch.empty(sum(sizes), dtype=torch.int64, pin_memory=pin)
-        host.numpy()[:] = list(itertools.chain.from_iterable(columns))
+        host = torch.empty(len(flat), dtype=torch.int64, pin_memory=pin)
+        host.numpy()[:] = flat
         # The caching host allocator keeps the pinned block until this copy is done.
         packed = host.to(self.device, non_blocking=True) if pin else host
-        return list(packed.split(sizes))
+        return [packed[start:end] for start, end in bounds]
 
     def _write_table(self, out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each: bool) -> None:
         """Point each new token's req_to_token entry at its KV slot (device ops, no sync)."""
@@ -209,6 +217,7 @@ class ScheduleBatch:
             samples=[True] * bs,
             score_targets=[[] for _ in range(bs)], score_positions=[[] for _ in range(bs)],
         )
+        self.plain_decode = all(r.max_new_tokens > 0 for r in self.reqs)
         self._row_offsets = [(0, 1)] * bs
 
     @staticmethod

@@ -262,6 +262,8 @@ class Scheduler:
             need = sum(r.extend_input_len for r in self.running)
             return need <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
 
+        if fits():  # the common case: one pass over the running requests
+            return False
         retracted: list[Req] = []
         while not fits() and len(self.running) > 1:
             req = max(self.running, key=lambda r: r.admit_order)
@@ -291,13 +293,13 @@ class Scheduler:
         jump_forward = not self.server_args.disable_jump_forward
         added = process_batch_logits(batch, logits, self.sampler, jump_forward)
         self.metrics.on_tokens(added)
-        running = {id(r) for r in self.running}
+        running = {id(r) for r in self.running} if batch.is_prefill else None  # decode reqs are all running
         for req in batch.reqs:
             if batch.is_prefill and not req.finished:  # share fresh prompts with later admissions at once
                 cache_unfinished_req(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache)
             if req.finished:
                 self._finish(req)
-            elif req is not self.chunked_req and id(req) not in running:
+            elif running is not None and req is not self.chunked_req and id(req) not in running:
                 self.running.append(req)
         if forward_batch.forward_mode.is_decode():
             self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),

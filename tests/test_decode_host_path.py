@@ -1,0 +1,79 @@
+"""The decode step's host fast paths give exactly what the general paths give: ScheduleBatch.prepare
+(one staging copy, single-token layout) and plain-greedy sampling (one argmax)."""
+
+from __future__ import annotations
+
+import torch
+
+from sgl_runtime.managers.req import Req
+from sgl_runtime.managers.schedule_batch import ScheduleBatch
+from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from sgl_runtime.mem_cache.radix_cache import RadixCache
+from sgl_runtime.model_executor.forward_batch import ForwardMode
+from sgl_runtime.sampler import Sampler
+from sgl_runtime.sampling_params import SamplingParams
+
+
+def _pools():
+    return ReqToTokenPool(8, 64, "cpu"), TokenToKVPool(256, torch.float32, 1, 4, 1, "cpu"), RadixCache(disable=True)
+
+
+def _prefilled(prompt: list[int], outputs: list[int], pools, **params) -> Req:
+    """A request whose prompt + outputs[:-1] are in the KV pool; its last output still needs a forward."""
+    req_pool, kv_pool, cache = pools
+    req = Req("r", prompt, SamplingParams(max_new_tokens=32, **params))
+    req.extend_input_len = len(prompt)
+    batch = ScheduleBatch([req], req_pool, kv_pool, cache, "cpu")
+    batch.prepare()
+    batch.commit_forward()
+    for token in outputs:
+        req.output_ids.append(token)
+    req.extend_input_len = req.seq_len - req.kv_len
+    return req
+
+
+def test_decode_prepare_matches_expected_tensors_and_table():
+    pools = _pools()
+    a = _prefilled([5, 6, 7], [9], pools)
+    b = _prefilled([1, 2], [3], pools)
+    batch = ScheduleBatch([a, b], *pools, "cpu")
+    fb = batch.prepare()
+    assert fb.forward_mode == ForwardMode.DECODE and batch.plain_decode
+    assert fb.input_ids.tolist() == [9, 3]
+    assert fb.positions.tolist() == [3, 2] == fb.extend_prefix_lens.tolist()
+    assert fb.seq_lens.tolist() == [4, 3] and fb.seq_lens_cpu == [4, 3]
+    assert fb.req_pool_indices.tolist() == [a.req_pool_idx, b.req_pool_idx]
+    assert fb.extend_seq_lens.tolist() == [1, 1] and fb.extend_start_loc.tolist() == [0, 1]
+    assert fb.logits_indices.tolist() == [0, 1]
+    table = pools[0].req_to_token
+    assert table[a.req_pool_idx, 3].item() == fb.out_cache_loc[0].item()
+    assert table[b.req_pool_idx, 2].item() == fb.out_cache_loc[1].item()
+
+
+def test_mixed_extend_prepare_keeps_general_layout():
+    pools = _pools()
+    a = _prefilled([5, 6, 7], [9], pools)
+    b = _prefilled([1, 2], [3, 4], pools)  # jump-forward: two tokens to compute (3 in all: odd)
+    batch = ScheduleBatch([a, b], *pools, "cpu")
+    fb = batch.prepare()
+    assert fb.forward_mode == ForwardMode.EXTEND and not batch.plain_decode
+    assert fb.input_ids.tolist() == [9, 3, 4]
+    assert fb.positions.tolist() == [3, 2, 3]
+    assert fb.extend_start_loc.tolist() == [0, 1] and fb.logits_indices.tolist() == [0, 2]
+    table = pools[0].req_to_token
+    assert table[b.req_pool_idx, 2:4].tolist() == fb.out_cache_loc[1:].tolist()
+    fields = (fb.input_ids, fb.positions, fb.req_pool_indices, fb.seq_lens, fb.extend_prefix_lens,
+              fb.extend_seq_lens, fb.extend_start_loc, fb.logits_indices)
+    assert all(t.data_ptr() % 16 == 0 for t in fields)  # odd column lengths are padded: Triton alignment
+
+
+def test_plain_greedy_is_argmax_but_min_new_tokens_still_masks_eos():
+    logits = torch.tensor([[0.0, 1.5, 1.0], [3.0, 0.0, 1.0]])
+    plain = Req("p", [1], SamplingParams(temperature=0.0, max_new_tokens=4), eos_token_ids=frozenset({1}))
+    assert Sampler()(logits.clone(), [plain, plain]).tolist() == [1, 0]
+    held = Req("h", [1], SamplingParams(temperature=0.0, max_new_tokens=4, min_new_tokens=2),
+               eos_token_ids=frozenset({1}))
+    assert Sampler()(logits.clone(), [held, plain]).tolist() == [2, 0]  # EOS (1) banned before 2 tokens
+    penalized = Req("q", [1], SamplingParams(temperature=0.0, max_new_tokens=4, repetition_penalty=2.0))
+    assert not penalized.plain_greedy and plain.plain_greedy
+    assert Sampler()(logits.clone(), [penalized, plain]).tolist() == [2, 0]  # prompt token 1 penalized
