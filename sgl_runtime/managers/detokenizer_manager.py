@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Optional
@@ -18,7 +17,7 @@ from typing import Any, Optional
 import zmq
 
 from sgl_runtime.io_struct import BatchStrOut, BatchTokenIDOut, ReqStrOutput, ReqTokenOutput
-from sgl_runtime.managers.ipc import IpcAddresses, make_socket, setup_child_process
+from sgl_runtime.managers.ipc import report_fatal, IpcAddresses, make_socket, setup_child_process
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -37,7 +36,7 @@ def run_detokenizer_process(server_args: ServerArgs, addresses: IpcAddresses, co
         inbox = make_socket(context, zmq.PULL, addresses.scheduler_to_detokenizer, bind=True)
         outbox = make_socket(context, zmq.PUSH, addresses.detokenizer_to_tokenizer, bind=False)
     except Exception:
-        _report_fatal(conn, "detokenizer failed to start")
+        report_fatal(conn, "detokenizer failed to start")
         sys.exit(1)
     conn.send({"status": "ready"})
     try:
@@ -47,7 +46,7 @@ def run_detokenizer_process(server_args: ServerArgs, addresses: IpcAddresses, co
             message = inbox.recv_pyobj()
             outbox.send_pyobj(manager.process(message) if isinstance(message, BatchTokenIDOut) else message)
     except Exception:
-        _report_fatal(conn, "detokenizer crashed")
+        report_fatal(conn, "detokenizer crashed")
         lifetime.exit(1)
     lifetime.exit(0)
 
@@ -153,12 +152,3 @@ def partial_stop_suffix_len(text: str, stop_strs: tuple) -> int:
 
 def _as_float(value: Any) -> Optional[float]:
     return None if value is None else float(value)
-
-
-def _report_fatal(conn: Connection, what: str) -> None:
-    message = f"{what}:\n{traceback.format_exc()}"
-    logger.error(message)
-    try:
-        conn.send({"status": "error", "message": message})
-    except (OSError, ValueError):
-        pass

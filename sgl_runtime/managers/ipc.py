@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 
 import zmq
@@ -92,4 +93,14 @@ def _die_with_parent() -> None:
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
     except OSError:
+        pass
+
+
+def report_fatal(conn, what: str) -> None:
+    """Log the exception being handled and tell the parent (over its readiness pipe) why this child stops."""
+    message = f"{what}:\n{traceback.format_exc()}"
+    logging.getLogger(__name__).error(message)
+    try:
+        conn.send({"status": "error", "message": message})
+    except (OSError, ValueError):
         pass

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import sys
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 import zmq
 
 from sgl_runtime.io_struct import FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput
-from sgl_runtime.managers.ipc import ChildLifetime, IpcAddresses, make_socket, setup_child_process
+from sgl_runtime.managers.ipc import report_fatal, ChildLifetime, IpcAddresses, make_socket, setup_child_process
 from sgl_runtime.sampling_params import SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
@@ -35,13 +34,13 @@ def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn
     try:
         loop = SchedulerLoop(server_args, addresses, lifetime)
     except Exception:
-        _report_fatal(conn, "scheduler failed to start")
+        report_fatal(conn, "scheduler failed to start")
         sys.exit(1)
     conn.send({"status": "ready", "stats": loop.stats()})
     try:
         loop.run_forever()
     except Exception:
-        _report_fatal(conn, "scheduler crashed")
+        report_fatal(conn, "scheduler crashed")
         lifetime.exit(1)
     lifetime.exit(0)
 
@@ -122,12 +121,3 @@ class SchedulerLoop:
             self.scheduler.step()
         self.scheduler.handle(FlushCacheReq())
         logger.info("warm-up done: %s", self.stats())
-
-
-def _report_fatal(conn: Connection, what: str) -> None:
-    message = f"{what}:\n{traceback.format_exc()}"
-    logger.error(message)
-    try:
-        conn.send({"status": "error", "message": message})
-    except (OSError, ValueError):
-        pass
