@@ -5,7 +5,8 @@ import os
 
 # Before anything imports torch: the models under test are tiny, so extra intra-op threads only
 # fight each other (and the servers the tests start, which inherit this) on a 2-core CI machine.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+if not os.environ.get("OMP_NUM_THREADS", "").isdigit():  # unset, empty or malformed
+    os.environ["OMP_NUM_THREADS"] = "1"
 os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 
 import pytest  # noqa: E402
