@@ -45,3 +45,11 @@ def test_json_decode_tiny():
     assert on["valid_json"] == on["requests"] and off["valid_json"] == off["requests"]
     assert on["forward_passes_per_req"] < off["forward_passes_per_req"]  # jump-forward skips forced text
     assert result["unconstrained"]["tokens_per_req"] == 8
+
+
+
+def test_profile_decode_tiny():
+    """The decode profiler runs end to end on the CPU and reports per-step figures."""
+    result = _run("profile_decode.py")
+    assert result["benchmark"] == "profile_decode" and result["steps"] == 64
+    assert result["wall_ms_per_step"] > 0 and result["kernel_ms_per_step"] > 0 and result["top_kernels"]
