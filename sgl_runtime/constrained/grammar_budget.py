@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from sgl_runtime.constrained.grammar_engine import GrammarState
-from sgl_runtime.constrained.grammar_forced import _tokenize
+from sgl_runtime.constrained.jump_forward import tokenize_forced
 
 if TYPE_CHECKING:
     from sgl_runtime.constrained.grammar import GrammarConstraint
@@ -88,7 +88,7 @@ class GrammarCompletion:
         c = self.constraint
         if not data:
             return []
-        for ids in (_tokenize(c.vocabulary, data), _byte_tokens(c.vocabulary, data)):
+        for ids in (tokenize_forced(c.vocabulary, data), _byte_tokens(c.vocabulary, data)):
             s = state
             for i in ids or []:
                 s = c.step(s, i)

@@ -17,6 +17,7 @@ import numpy as np
 
 from sgl_runtime.constrained.grammar_engine import GrammarState
 from sgl_runtime.constrained.grammar_walk import MaskBuilder, TokenTable
+from sgl_runtime.constrained.jump_forward import tokenize_forced, whole_characters
 
 if TYPE_CHECKING:
     from sgl_runtime.constrained.grammar import GrammarConstraint
@@ -48,7 +49,7 @@ class ForcedTokens:
                 out.append(int(allowed[0]))
                 s = engine.feed(s, bytes(out[-1:]))
                 s = GrammarState(s.stack, engine.max_ignored_run, s.lex, s.tail)  # still no blanks
-        return _whole_characters(bytes(out))
+        return whole_characters(bytes(out))
 
     def string(self, state: GrammarState) -> str:
         return self.forced_bytes(state).decode("utf-8")
@@ -70,7 +71,7 @@ class ForcedTokens:
         if not forced:
             return []
         vocab, c = self.constraint.vocabulary, self.constraint
-        ids = _tokenize(vocab, forced)
+        ids = tokenize_forced(vocab, forced)
         if not ids:
             return []
         starts, s = [], state
@@ -97,36 +98,3 @@ class ForcedTokens:
             return False
         head = table.flat[table.starts[longer][:, None] + np.arange(len(rest))[None, :]]
         return bool((head == np.frombuffer(rest, dtype=np.uint8)[None, :]).all(1).any())
-
-
-def _tokenize(vocab, forced: bytes) -> list[int]:
-    """The tokenizer's canonical ids for `forced`, else a greedy longest-token split."""
-    try:
-        ids = vocab.encode(forced.decode("utf-8"))
-    except Exception:  # noqa: BLE001 - no tokenizer, or one that cannot encode: split greedily
-        ids = []
-    if ids and b"".join(vocab.token_bytes[i] or b"\0" for i in ids if 0 <= i < vocab.size) == forced:
-        return ids
-    ids, pos = [], 0
-    while pos < len(forced):
-        for end in range(min(len(forced), pos + vocab.max_token_len()), pos, -1):
-            found = vocab.ids_for_bytes(forced[pos:end])
-            if found:
-                ids.append(found[0])
-                pos = end
-                break
-        else:
-            return []
-    return ids
-
-
-def _whole_characters(data: bytes) -> bytes:
-    if data and 0x80 <= data[0] < 0xC0:
-        return b""
-    for cut in range(len(data), max(len(data) - 4, -1), -1):
-        try:
-            data[:cut].decode("utf-8")
-            return data[:cut]
-        except UnicodeDecodeError:
-            continue
-    return b""

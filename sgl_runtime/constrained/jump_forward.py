@@ -37,7 +37,7 @@ class JumpForward:
         while not accepting[state] and single[state] >= 0 and len(out) < MAX_FORCED_BYTES:
             out.append(int(single[state]))
             state = int(table[state, single[state]])
-        return _whole_characters(bytes(out))
+        return whole_characters(bytes(out))
 
     def forced_string(self, state: int) -> str:
         return self.forced_bytes(state).decode("utf-8")
@@ -61,17 +61,7 @@ class JumpForward:
         return self._heal(state, forced, ids)
 
     def _tokenize(self, forced: bytes) -> Optional[list[int]]:
-        """Canonical ids for `forced`, else a greedy longest-match split (e.g. SentencePiece's
-        dummy prefix makes the canonical encoding differ); None if no split exists."""
-        vocab = self.vocabulary
-        try:
-            ids = vocab.encode(forced.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: fall back below
-            ids = []
-        if ids and all(0 <= i < vocab.size and vocab.token_bytes[i] for i in ids) \
-                and b"".join(vocab.token_bytes[i] for i in ids) == forced:
-            return ids
-        return _greedy_split(forced, vocab)
+        return tokenize_forced(self.vocabulary, forced)
 
     def _heal(self, state: int, forced: bytes, ids: list[int]) -> list[int]:
         starts, offsets, s, pos = [], [], state, 0
@@ -95,7 +85,21 @@ def _single_successor_byte(dfa: ByteDFA) -> np.ndarray:
     return np.where(single, live.argmax(axis=1), -1)
 
 
-def _whole_characters(data: bytes) -> bytes:
+def tokenize_forced(vocab: Vocabulary, forced: bytes) -> Optional[list[int]]:
+    """Canonical ids for `forced`, else a greedy longest-match split (e.g. SentencePiece's
+    dummy prefix makes the canonical encoding differ); None if no split exists."""
+    try:
+        ids = vocab.encode(forced.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: fall back below
+        ids = []
+    if ids and all(0 <= i < vocab.size and vocab.token_bytes[i] for i in ids) \
+            and b"".join(vocab.token_bytes[i] for i in ids) == forced:
+        return ids
+    return _greedy_split(forced, vocab)
+
+
+def whole_characters(data: bytes) -> bytes:
+    """`data` cut back to whole UTF-8 characters ('' if it starts inside one)."""
     if data and 0x80 <= data[0] < 0xC0:
         return b""  # starts inside a character: let the model finish it
     for cut in range(len(data), max(len(data) - 4, -1), -1):
