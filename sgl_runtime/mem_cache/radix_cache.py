@@ -68,17 +68,10 @@ class RadixCache:
         key = _as_token_list(key)
         if self.disable or not key:
             return self._empty(), self.root_node
-        time = self._tick()
-        node, values, pos = self.root_node, [], 0
-        while pos < len(key) and key[pos] in node.children:
-            child = node.children[key[pos]]
-            shared = _common_prefix_len(child.key, key, pos)
-            if shared < len(child.key):
-                child = self._split(child, shared)
-            child.last_access_time = time
-            values.append(child.value)
-            node, pos = child, pos + shared
-        return (torch.cat(values) if values else self._empty()), node
+        path, _ = self._walk(key, self._tick())
+        if not path:
+            return self._empty(), self.root_node
+        return torch.cat([n.value for n in path]), path[-1]
 
     def insert(self, key: Sequence[int], value: torch.Tensor) -> int:
         """Cache `key` -> `value`; return how many leading tokens were already present."""
@@ -90,14 +83,8 @@ class RadixCache:
         if self.disable or not key:
             return 0
         time = self._tick()
-        node, pos = self.root_node, 0
-        while pos < len(key) and key[pos] in node.children:
-            child = node.children[key[pos]]
-            shared = _common_prefix_len(child.key, key, pos)
-            if shared < len(child.key):
-                child = self._split(child, shared)
-            child.last_access_time = time
-            node, pos = child, pos + shared
+        path, pos = self._walk(key, time)
+        node = path[-1] if path else self.root_node
         if pos < len(key):
             self._add_leaf(node, key[pos:], value[pos:], time)
         return pos
@@ -214,6 +201,20 @@ class RadixCache:
             path.append(node)
             node = node.parent
         return path
+
+    def _walk(self, key: list[int], time: int) -> tuple[list[TreeNode], int]:
+        """Follow `key` down the tree, splitting the node where the match ends and marking each
+        node on the path as used at `time`; returns the path (root excluded) and the matched length."""
+        node, path, pos = self.root_node, [], 0
+        while pos < len(key) and key[pos] in node.children:
+            child = node.children[key[pos]]
+            shared = _common_prefix_len(child.key, key, pos)
+            if shared < len(child.key):
+                child = self._split(child, shared)
+            child.last_access_time = time
+            path.append(child)
+            node, pos = child, pos + shared
+        return path, pos
 
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut `child` after `split_len` tokens; return the new upper node (child keeps the rest)."""
