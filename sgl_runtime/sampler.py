@@ -173,7 +173,8 @@ def _copy_mask(out: np.ndarray, bits: np.ndarray) -> None:
 class MaskStaging:
     """A reusable host buffer for the batch's bitmasks (page-locked on CUDA, so the copy is async).
 
-    Reuse is safe because every step syncs on its sampled ids before the next step writes here."""
+    Reuse is safe because every step waits for the previous step's sampled ids (which follow its
+    mask copy on the stream) before the next step writes here; overlapped steps too."""
 
     def __init__(self) -> None:
         self._buffer: "torch.Tensor | None" = None

@@ -77,3 +77,25 @@ def test_plain_greedy_is_argmax_but_min_new_tokens_still_masks_eos():
     penalized = Req("q", [1], SamplingParams(temperature=0.0, max_new_tokens=4, repetition_penalty=2.0))
     assert not penalized.plain_greedy and plain.plain_greedy
     assert Sampler()(logits.clone(), [penalized, plain]).tolist() == [2, 0]  # prompt token 1 penalized
+
+
+def test_chained_prepare_decodes_the_device_ids_at_kv_len():
+    """Overlap scheduling: after a committed decode step whose tokens the host has not read, the next
+    step takes its input ids from the device and decodes position kv_len (== seq_len)."""
+    pools = _pools()
+    a = _prefilled([5, 6, 7], [9], pools)
+    b = _prefilled([1, 2], [3], pools)
+    first = ScheduleBatch([a, b], *pools, "cpu")
+    first.prepare()
+    first.commit_forward(count_passes=False)
+    assert (a.kv_len, a.seq_len, a.forward_passes) == (4, 4, 1)  # the prefill counted; this step not yet
+    for req in (a, b):
+        req.extend_input_len = 1
+    chained = ScheduleBatch([a, b], *pools, "cpu")
+    fb = chained.prepare(next_input_ids=torch.tensor([11, 12]))
+    assert fb.forward_mode == ForwardMode.DECODE and chained.plain_decode
+    assert fb.input_ids.tolist() == [11, 12]
+    assert fb.positions.tolist() == [4, 3] and fb.seq_lens.tolist() == [5, 4] == fb.seq_lens_cpu
+    table = pools[0].req_to_token
+    assert table[a.req_pool_idx, 4].item() == fb.out_cache_loc[0].item()
+    assert table[b.req_pool_idx, 3].item() == fb.out_cache_loc[1].item()

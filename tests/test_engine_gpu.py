@@ -58,3 +58,22 @@ def test_cuda_json_schema_with_jump_forward(model_path):
     for r in engine.generate(input_ids=random_prompts([6] * 16, seed=52), sampling_params=params):
         jsonschema.validate(json.loads(r["text"]), schema)
         assert r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"]
+
+
+def test_cuda_overlap_schedule_matches_step_by_step(model_path, prompts_and_expected):
+    """Requests finish at different steps, so chained steps drop rows; sampled ones keep their seeds."""
+    prompts, expected = prompts_and_expected
+    params = [{"max_new_tokens": min(3 + 2 * i, 16), "temperature": 0, "ignore_eos": True} for i in range(len(prompts))]
+    params += [{"max_new_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": i} for i in range(len(prompts))]
+    results = {}
+    for overlap in (True, False):
+        engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096,
+                        disable_overlap_schedule=not overlap)
+        results[overlap] = engine.generate(input_ids=prompts + prompts, sampling_params=params)
+        if overlap:
+            assert engine.scheduler.metrics.overlapped_steps > 10
+        assert engine.flush_cache()
+    for on, off in zip(results[True], results[False]):
+        assert on["output_ids"] == off["output_ids"] and on["meta_info"]["finish_reason"] == off["meta_info"]["finish_reason"]
+    for r, e, p in zip(results[True], expected, params):
+        assert r["output_ids"] == e[: p["max_new_tokens"]]

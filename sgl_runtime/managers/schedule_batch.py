@@ -99,8 +99,12 @@ class ScheduleBatch:
             req.kv_len = req.cache_protected_len = prefix_len
 
     # ------------------------------------------------------------------ building
-    def prepare(self) -> ForwardBatch:
+    def prepare(self, next_input_ids: Optional[torch.Tensor] = None) -> ForwardBatch:
         """Allocate slots for every request's new tokens and describe the forward.
+
+        `next_input_ids` ([B] int64 on the device) makes this the decode step after one whose
+        sampled tokens are still on the device (overlap scheduling): each request decodes the
+        token at position kv_len, which its host-side output_ids do not hold yet.
 
         Every index tensor the forward needs travels in one (pinned on CUDA) staging buffer and one
         non-blocking copy: a plain torch.tensor(list, device="cuda") would sync the stream each time."""
@@ -109,14 +113,18 @@ class ScheduleBatch:
         ext_lens = [r.extend_input_len for r in reqs]
         assert min(ext_lens) > 0, f"every request must extend, got {ext_lens}"
         total = sum(ext_lens)
-        out_cache_loc = self.out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
-        prefix_lens = [r.kv_len for r in reqs]
         bs = len(reqs)
         one_each = total == bs
-        self._build_layout(prefix_lens, ext_lens, one_each)
+        assert next_input_ids is None or (one_each and len(next_input_ids) == bs), "a chained step decodes one token each"
+        out_cache_loc = self.out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
+        prefix_lens = [r.kv_len for r in reqs]
+        if next_input_ids is not None:
+            self._decode_layout()
+        else:
+            self._build_layout(prefix_lens, ext_lens, one_each)
         is_decode = one_each and self.layout.row_end[-1] == bs  # one logits row per request
         if one_each:
-            ids = [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
+            ids = [] if next_input_ids is not None else [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
             positions = prefix_lens
             seq_lens = [p + 1 for p in prefix_lens]
             starts = list(range(bs))
@@ -127,6 +135,8 @@ class ScheduleBatch:
         (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t) = self._to_device(
             [ids, positions, rows, seq_lens, prefix_lens, ext_lens, starts, logits_rows]
         )
+        if next_input_ids is not None:
+            input_ids = next_input_ids
         self._write_table(out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each)
         return ForwardBatch(
             forward_mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
@@ -237,12 +247,14 @@ class ScheduleBatch:
             rows.extend(range(base + first, base + first + count))
         return rows
 
-    def commit_forward(self) -> None:
-        """After the forward: the new tokens' KV is in the pool."""
+    def commit_forward(self, count_passes: bool = True) -> None:
+        """After the forward: the new tokens' KV is in the pool. (An overlapped decode step counts a
+        request's forward pass only once its token is used: a request that finished on the step
+        before computes one token that is dropped.)"""
         self.committed = True
         for req in self.reqs:
             req.kv_len += req.extend_input_len
-            req.forward_passes += 1
+            req.forward_passes += count_passes
             req.extend_input_len = 0
 
 

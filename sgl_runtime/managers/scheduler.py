@@ -1,7 +1,9 @@
 """The scheduler: continuous batching over one ModelRunner, with a radix prefix cache.
 
 Each `step()` schedules one batch (new requests' prefill, else the running requests' next
-tokens), runs it, consumes its logits, and returns what the requests produced.
+tokens), runs it, consumes its logits, and returns what the requests produced. With overlap
+scheduling (managers/overlap.py) a decode step is left running on the device: the next
+`step()` launches the step after it before reading its tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
 from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
+from sgl_runtime.managers.overlap import InflightDecode, launch_forward, overlappable
 from sgl_runtime.managers.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
@@ -65,6 +68,8 @@ class Scheduler:
         # Batch jump-forward extends apart from the (graph-replayed) decode steps; measured no slower on CPU.
         self.defer_jump_forward = True
         self._forced_wait = 0  # decode steps that left jump-forward requests waiting
+        self.overlap = not server_args.disable_overlap_schedule
+        self.inflight: Optional[InflightDecode] = None  # a launched decode step not yet read back
 
     # ================================================================== public API
     def handle(self, msg: object) -> Optional[object]:
@@ -82,6 +87,8 @@ class Scheduler:
     def step(self) -> Optional[BatchTokenIDOut]:
         """Schedule and run one batch; return the outputs produced (None when there are none)."""
         self._poll_constraints()
+        if self.inflight is not None and self._advance_inflight():
+            return self._collect_outputs()
         batch = self._get_new_prefill_batch() or self._get_decode_batch()
         if batch is not None:
             try:
@@ -91,7 +98,8 @@ class Scheduler:
         return self._collect_outputs()
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked_req or self.constraints.pending or self.outbox)
+        return bool(self.waiting or self.running or self.chunked_req or self.constraints.pending or self.outbox
+                     or self.inflight is not None)
 
     def kv_available_size(self) -> int:
         """Free KV slots in the pool (the radix cache's evictable slots not included)."""
@@ -99,6 +107,7 @@ class Scheduler:
 
     def flush_cache(self) -> FlushCacheOut:
         """Drop the radix cache and reset the pools; refused while requests are queued or running."""
+        self._finish_inflight()  # a step left running after its requests finished
         if self.waiting or self.running or self.chunked_req or self.constraints.pending:
             return FlushCacheOut(success=False, message="cannot flush the cache while requests are queued or running")
         self.tree_cache.reset()
@@ -287,6 +296,14 @@ class Scheduler:
 
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
+        jump_forward = not self.server_args.disable_jump_forward
+        if self.overlap and not batch.is_prefill and all(
+            r.extend_input_len == 1 and overlappable(r, jump_forward) for r in batch.reqs
+        ):
+            logits = launch_forward(batch, self.model_runner)
+            self.inflight = InflightDecode.sample(batch, logits, self.sampler)
+            self._on_decode_launch(batch)
+            return
         forward_batch = batch.prepare()
         logits = self.model_runner.forward(forward_batch)
         batch.commit_forward()
@@ -304,6 +321,73 @@ class Scheduler:
         if forward_batch.forward_mode.is_decode():
             self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),
                                         len(self.waiting))
+
+    # ================================================================== overlap
+    def _advance_inflight(self) -> bool:
+        """Launch the decode step after the in-flight one when nothing else needs scheduling, read
+        the in-flight step's tokens, then sample the new step (see managers/overlap.py). Returns
+        whether a step was launched (else the caller schedules afresh from exact host state)."""
+        previous, self.inflight = self.inflight, None
+        keep = [i for i, r in enumerate(previous.reqs) if not r.finished]  # aborted since: dropped
+        live = [previous.reqs[i] for i in keep]
+        batch = logits = None
+        if self._can_chain(live):
+            for req in live:
+                req.extend_input_len = 1
+            batch = self._batch(live)
+            try:
+                logits = launch_forward(batch, self.model_runner, previous.next_input_ids(keep))
+            except Exception as error:  # noqa: BLE001
+                self._fail_batch(batch, error)
+                batch = None
+        try:
+            self._read_back(previous)
+        except Exception as error:  # noqa: BLE001
+            self._fail_batch(previous.batch, error)
+        if batch is None:
+            return False
+        try:
+            self.inflight = InflightDecode.sample(batch, logits, self.sampler)
+        except Exception as error:  # noqa: BLE001
+            self._fail_batch(batch, error)
+        self.new_token_ratio.decay()
+        self.metrics.overlapped_steps += 1
+        self._on_decode_launch(batch)
+        return True
+
+    def _can_chain(self, live: list[Req]) -> bool:
+        """The next step is the same decode for the same requests: nobody new to admit, every
+        running request in it, and room for one KV slot each without retracting."""
+        if not live or len(live) != len(self.running) or self.chunked_req is not None:
+            return False
+        if self.waiting and len(self.running) < self.max_running_requests:
+            return False  # a prefill may be admitted: schedule from host state
+        jump_forward = not self.server_args.disable_jump_forward
+        if not all(overlappable(r, jump_forward) for r in live):
+            return False
+        return len(live) <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
+
+    def _read_back(self, step: InflightDecode) -> None:
+        """Append the step's tokens; requests finished since it was launched drop theirs."""
+        added = 0
+        for req, token_id in zip(step.reqs, step.token_ids()):
+            if req.finished:
+                continue
+            req.forward_passes += 1
+            req.append_token(token_id)
+            added += 1
+            if req.finished:
+                self._finish(req)
+        self.metrics.on_tokens(added)
+
+    def _finish_inflight(self) -> None:
+        if self.inflight is not None:
+            previous, self.inflight = self.inflight, None
+            self._read_back(previous)
+
+    def _on_decode_launch(self, batch: ScheduleBatch) -> None:
+        self.metrics.on_decode_step(len(batch), sum(r.kv_len for r in batch.reqs), self._token_usage(),
+                                    len(self.waiting))
 
     def _finish(self, req: Req) -> None:
         if any(req is r for r in self.running):

@@ -18,6 +18,7 @@ class SchedulerMetrics:
         self.generated_tokens = 0
         self.decode_steps = 0
         self.num_retractions = 0
+        self.overlapped_steps = 0  # decode steps launched before the previous step's tokens were read
         self._interval_tokens = 0
         self._interval_start = time.monotonic()
         self.last_throughput = 0.0
@@ -36,6 +37,7 @@ class SchedulerMetrics:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "num_retractions": self.num_retractions,
+            "overlapped_steps": self.overlapped_steps,
         }
 
     def on_prefill(self, cached: int, computed: int) -> None:

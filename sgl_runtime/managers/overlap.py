@@ -1,0 +1,91 @@
+"""Overlap scheduling: a decode step is launched before the host has read the step before it.
+
+Without it the GPU waits at every step while the host copies the sampled ids back, appends
+them, checks stop conditions and prepares the next batch. With it, one `Scheduler.step()`
+  1. launches the forward of step N+1 on step N's sampled ids, still on the device
+     (`ScheduleBatch.prepare(next_input_ids)`);
+  2. reads step N's ids (a pinned copy behind an event, so it does not wait for step N+1),
+     appends them, advances constraint matchers and checks stop conditions;
+  3. samples step N+1 from its logits with the host state now exact (penalties, min_new_tokens
+     and constraint masks all see token N), without waiting for it.
+The host work of 2 and 3 runs while the GPU computes the forward of step N+1.
+
+A request that finishes on step N is already in step N+1: that step's KV slot holds the
+finished sequence's last token (kept, cached or freed with the rest of the request) and its
+row is not sampled. Requests that need the host between forward and sampling (logprobs) or
+whose next input is not one token (jump-forward over forced constraint text) run step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from sgl_runtime.managers.req import Req
+from sgl_runtime.managers.schedule_batch import ScheduleBatch
+
+
+def overlappable(req: Req, jump_forward: bool) -> bool:
+    """Whether the request can decode in overlapped steps: it wants no logprobs (computed from the
+    logits on the host) and, with jump-forward on, has no constraint (whose forced text would make
+    its next step a multi-token extend)."""
+    return not req.return_logprob and (req.matcher is None or not jump_forward)
+
+
+def launch_forward(batch: ScheduleBatch, model_runner, next_input_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Launch a decode batch's forward without waiting for it; returns its logits [B, V]."""
+    forward_batch = batch.prepare(next_input_ids)
+    assert forward_batch.forward_mode.is_decode() and batch.plain_decode, "only plain decode steps overlap"
+    logits = model_runner.forward(forward_batch)
+    batch.commit_forward(count_passes=False)  # a pass counts once its token is used (InflightDecode's reader)
+    return logits
+
+
+@dataclass
+class InflightDecode:
+    """A sampled decode step whose ids the host has not read yet."""
+
+    batch: ScheduleBatch
+    reqs: list[Req]  # the requests sampled (the batch's unfinished ones), row i of next_ids
+    next_ids: torch.Tensor  # [len(reqs)] int64 on the device
+    host_ids: torch.Tensor  # their copy (pinned on CUDA), complete once `ready` fires
+    ready: Optional[torch.cuda.Event]
+
+    @classmethod
+    def sample(cls, batch: ScheduleBatch, logits: torch.Tensor, sampler) -> Optional["InflightDecode"]:
+        """Sample the rows of the batch's unfinished requests and start copying the ids to the host."""
+        rows = [i for i, r in enumerate(batch.reqs) if not r.finished]
+        if not rows:
+            return None
+        reqs = [batch.reqs[i] for i in rows]
+        with torch.inference_mode():  # the logits are inference tensors, edited in place by the sampler
+            if len(rows) < len(batch.reqs):
+                logits = logits.index_select(0, _device_index(rows, logits.device))
+            next_ids = sampler(logits, reqs)
+        if next_ids.device.type != "cuda":
+            return cls(batch, reqs, next_ids, next_ids, None)
+        host_ids = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=True)
+        host_ids.copy_(next_ids, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(batch, reqs, next_ids, host_ids, ready)
+
+    def token_ids(self) -> list[int]:
+        """The sampled ids on the host; waits for this step only, not for any step launched after it."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host_ids.tolist()
+
+    def next_input_ids(self, keep: list[int]) -> torch.Tensor:
+        """The device ids of rows `keep`, as the next step's input."""
+        if len(keep) == len(self.reqs):
+            return self.next_ids
+        return self.next_ids.index_select(0, _device_index(keep, self.next_ids.device))
+
+
+def _device_index(rows: list[int], device: torch.device) -> torch.Tensor:
+    """An int64 index on `device` through a pinned buffer (a pageable copy would sync the stream)."""
+    index = torch.tensor(rows, dtype=torch.int64, pin_memory=device.type == "cuda")
+    return index.to(device, non_blocking=True)
