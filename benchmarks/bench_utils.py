@@ -36,6 +36,7 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
     parser.add_argument("--tiny", action="store_true", help="a tiny model and few requests (CPU smoke run)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--disable-cuda-graph", action="store_true")
+    parser.add_argument("--disable-overlap-schedule", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -57,7 +58,7 @@ def make_model_dir(model_config: str, tiny: bool) -> str:
 
 def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
     kwargs = dict(load_format=args.load_format, device=args.device, disable_cuda_graph=args.disable_cuda_graph,
-                  random_seed=args.seed, log_level="warning")
+                  disable_overlap_schedule=args.disable_overlap_schedule, random_seed=args.seed, log_level="warning")
     if args.tiny:
         kwargs.update(max_total_tokens=65536, max_running_requests=64)
     kwargs.update(extra)

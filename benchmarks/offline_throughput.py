@@ -3,7 +3,7 @@
 Offline throughput through sgl_runtime.Engine on dummy weights:
   1. 256 requests, input and output lengths uniform in [100, 1024] (seed 0), ignore_eos, greedy:
      output tok/s, total tok/s and the GPU-busy fraction (device time inside forwards / wall time);
-  2. batch-1 decode tok/s (16-token prompt, 512 new tokens);
+  2. batch-1 decode tok/s (16-token prompt, 512 new tokens), also with overlap scheduling off;
   3. prefill tok/s (8 prompts of 2,048 tokens, 1 new token);
   4. Hugging Face transformers `generate` on the same shape with dummy weights (batch 64, input 512,
      output 128) and our ratio to it (our output tok/s on the same workload).
@@ -59,6 +59,12 @@ def run_engine(args, model_dir: str) -> dict:
     out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
                                   [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
     result["batch1_decode_tok_s"] = out[0]["meta_info"]["completion_tokens"] / latency
+    if engine.scheduler.overlap:  # the same request step by step, for the overlap scheduler's share
+        engine.scheduler.overlap = False
+        out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
+                                      [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
+        result["batch1_decode_tok_s_no_overlap"] = out[0]["meta_info"]["completion_tokens"] / latency
+        engine.scheduler.overlap = True
 
     prompts = [random_ids(rng, args.prefill_len, vocab) for _ in range(args.prefill_batch)]
     _, latency = timed_generate(engine, prompts, [{"max_new_tokens": 1, "ignore_eos": True}] * len(prompts))
@@ -119,7 +125,9 @@ def main(argv=None) -> dict:
     report("offline_throughput", result, [
         ("output tok/s (256 req)", result["output_tok_s"]), ("total tok/s", result["total_tok_s"]),
         ("GPU-busy fraction", result["gpu_busy_fraction"]),
-        ("batch-1 decode tok/s", result["batch1_decode_tok_s"]), ("prefill tok/s", result["prefill_tok_s"]),
+        ("batch-1 decode tok/s", result["batch1_decode_tok_s"]),
+        ("batch-1 decode tok/s, no overlap", result.get("batch1_decode_tok_s_no_overlap", float("nan"))),
+        ("prefill tok/s", result["prefill_tok_s"]),
         ("ours on HF workload tok/s", result["hf_workload_output_tok_s"]),
         ("HF generate tok/s", result.get("hf_output_tok_s", float("nan"))),
         ("ratio vs HF", result.get("ratio_vs_hf", float("nan"))),

@@ -26,7 +26,8 @@ def _run(script: str) -> dict:
 def test_offline_throughput_tiny():
     result = _run("offline_throughput.py")
     assert result["benchmark"] == "offline_throughput" and result["requests"] == 6
-    for key in ("output_tok_s", "total_tok_s", "batch1_decode_tok_s", "prefill_tok_s", "hf_output_tok_s", "ratio_vs_hf"):
+    for key in ("output_tok_s", "total_tok_s", "batch1_decode_tok_s", "batch1_decode_tok_s_no_overlap", "prefill_tok_s",
+                "hf_output_tok_s", "ratio_vs_hf"):
         assert result[key] > 0, key
     assert 0 < result["gpu_busy_fraction"] <= 1.0
 
@@ -45,6 +46,7 @@ def test_json_decode_tiny():
     assert on["valid_json"] == on["requests"] and off["valid_json"] == off["requests"]
     assert on["forward_passes_per_req"] < off["forward_passes_per_req"]  # jump-forward skips forced text
     assert result["unconstrained"]["tokens_per_req"] == 8
+    assert all(result[mode]["cold"]["output_tok_s"] > 0 for mode in ("unconstrained", "constrained_jump_forward"))
 
 
 
