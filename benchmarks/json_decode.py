@@ -2,7 +2,9 @@
 
 JSON decoding through sgl_runtime.Engine on dummy weights: the same prompts generated
 unconstrained (128 tokens, ignore_eos) and constrained by a JSON Schema with fixed keys, with
-jump-forward on and off (each run in its own process). Reports output tok/s, characters/s and
+jump-forward on and off, and unconstrained again with each request given exactly the number of
+tokens its constrained (jump-forward off) run produced, which separates the constraint's cost
+from the shape of the workload (each run in its own process). Reports output tok/s, characters/s and
 forward passes per request, on a second pass of fresh prompts (the first pass, which pays each
 schema state's first mask and new kernel shapes, is reported as "cold"). Prints a JSON line and
 a table.
@@ -45,10 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool) -> dict:
+def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, lengths: list[int] | None = None) -> dict:
     """Two passes over different prompts of the same size: `cold` pays each schema state's first mask
     and the kernel compiles of new extend shapes inside the timing; the second (the headline figures)
-    runs with them paid, as a server does once a schema has been in use."""
+    runs with them paid, as a server does once a schema has been in use. `lengths` (unconstrained only)
+    gives request i exactly lengths[i] new tokens instead of free_tokens."""
     from sgl_runtime.engine import Engine
 
     vocab = vocab_size_of(model_dir)
@@ -59,6 +62,10 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool) -> dic
         params = {"max_new_tokens": args.free_tokens, "ignore_eos": True, "temperature": 0}
     rng = random.Random(args.seed)
     timed_generate(engine, [random_ids(random.Random(7), 20, vocab)], [params])  # compiles the constraint
+    if lengths is None:
+        params = [params] * args.num_requests
+    else:
+        params = [{**params, "max_new_tokens": n} for n in lengths]
     cold = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
                        params, constrained)
     result = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
@@ -67,14 +74,15 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool) -> dic
     return result
 
 
-def _timed_pass(engine, prompts: list[list[int]], params: dict, constrained: bool) -> dict:
-    out, latency = timed_generate(engine, prompts, [params] * len(prompts))
+def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constrained: bool) -> dict:
+    out, latency = timed_generate(engine, prompts, params)
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
     chars = sum(len(o["text"]) for o in out)
     valid = sum(1 for o in out if _is_valid(o["text"])) if constrained else None
     return {"seconds": latency, "output_tok_s": tokens / latency, "chars_s": chars / latency,
             "forward_passes_per_req": sum(o["meta_info"]["forward_passes"] for o in out) / len(out),
             "tokens_per_req": tokens / len(out), "valid_json": valid, "requests": len(out),
+            "lengths": [o["meta_info"]["completion_tokens"] for o in out],
             "sample": out[0]["text"][:200]}
 
 
@@ -95,17 +103,24 @@ def main(argv=None) -> dict:
     free = run_isolated(run_mode, isolate, args, model_dir, False, True)
     jf_on = run_isolated(run_mode, isolate, args, model_dir, True, True)
     jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
+    matched = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_off["lengths"])
+    for mode in (free, jf_on, jf_off, matched):
+        mode.pop("lengths")
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
               "unconstrained": free, "constrained_jump_forward": jf_on, "constrained_no_jump_forward": jf_off,
+              "unconstrained_same_lengths": matched,
               "constrained_vs_free_tok_s": jf_off["output_tok_s"] / free["output_tok_s"],
+              "constrained_vs_same_lengths_tok_s": jf_off["output_tok_s"] / matched["output_tok_s"],
               "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"]}
     rows = []
-    for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off)):
+    for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off),
+                     ("unconstrained, json lengths", matched)):
         rows += [(f"{label}: output tok/s", r["output_tok_s"]), (f"{label}: chars/s", r["chars_s"]),
                  (f"{label}: forwards/req", r["forward_passes_per_req"]),
                  (f"{label}: cold pass tok/s", r["cold"]["output_tok_s"])]
     rows += [("valid JSON (jf on / off)", f"{jf_on['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
              ("constrained/free tok/s", result["constrained_vs_free_tok_s"]),
+             ("constrained/free tok/s, same lengths", result["constrained_vs_same_lengths_tok_s"]),
              ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"])]
     report("json_decode", result, rows)
     return result

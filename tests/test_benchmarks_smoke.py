@@ -47,6 +47,8 @@ def test_json_decode_tiny():
     assert on["forward_passes_per_req"] < off["forward_passes_per_req"]  # jump-forward skips forced text
     assert result["unconstrained"]["tokens_per_req"] == 8
     assert all(result[mode]["cold"]["output_tok_s"] > 0 for mode in ("unconstrained", "constrained_jump_forward"))
+    assert result["unconstrained_same_lengths"]["tokens_per_req"] == off["tokens_per_req"]
+    assert result["constrained_vs_same_lengths_tok_s"] > 0
 
 
 
