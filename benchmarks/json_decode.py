@@ -2,7 +2,8 @@
 
 JSON decoding through sgl_runtime.Engine on dummy weights: the same prompts generated
 unconstrained (128 tokens, ignore_eos) and constrained by a JSON Schema with fixed keys, with
-jump-forward on and off, and unconstrained again with each request given exactly the number of
+jump-forward on (forced text in extends of its own, or mixed into one extend with the decoding
+requests) and off, and unconstrained again with each request given exactly the number of
 tokens its constrained (jump-forward off) run produced, which separates the constraint's cost
 from the shape of the workload (each run in its own process). Reports output tok/s, characters/s and
 forward passes per request, on a second pass of fresh prompts (the first pass, which pays each
@@ -19,7 +20,7 @@ import argparse
 import json
 import random
 
-from bench_utils import (add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
+from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
                          run_isolated, timed_generate, vocab_size_of)
 
 SCHEMA = {
@@ -47,15 +48,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, lengths: list[int] | None = None) -> dict:
+def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, lengths: list[int] | None = None,
+             mixed: bool = False) -> dict:
     """Two passes over different prompts of the same size: `cold` pays each schema state's first mask
     and the kernel compiles of new extend shapes inside the timing; the second (the headline figures)
     runs with them paid, as a server does once a schema has been in use. `lengths` (unconstrained only)
-    gives request i exactly lengths[i] new tokens instead of free_tokens."""
+    gives request i exactly lengths[i] new tokens instead of free_tokens. `mixed` runs requests holding
+    forced tokens in one extend with the decoding ones (Scheduler.defer_jump_forward off) instead of
+    in extends of their own between graph-replayed decode steps."""
     from sgl_runtime.engine import Engine
 
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=not jump_forward))
+    engine.scheduler.defer_jump_forward = not mixed
+    timer = ForwardTimer(engine)
     if constrained:
         params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
     else:
@@ -67,15 +73,17 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, length
     else:
         params = [{**params, "max_new_tokens": n} for n in lengths]
     cold = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
-                       params, constrained)
+                       params, constrained, timer)
     result = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
-                         params, constrained)
+                         params, constrained, timer)
     result["cold"] = {key: cold[key] for key in ("seconds", "output_tok_s", "chars_s")}
     return result
 
 
-def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constrained: bool) -> dict:
-    out, latency = timed_generate(engine, prompts, params)
+def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constrained: bool, timer: ForwardTimer) -> dict:
+    """One timed generate; `forwards` counts the batches run (prefills included), `gpu_busy_fraction`
+    the device time inside them over the wall time."""
+    out, latency = timed_generate(engine, prompts, params, timer)
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
     chars = sum(len(o["text"]) for o in out)
     valid = sum(1 for o in out if _is_valid(o["text"])) if constrained else None
@@ -83,6 +91,7 @@ def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constraine
             "forward_passes_per_req": sum(o["meta_info"]["forward_passes"] for o in out) / len(out),
             "tokens_per_req": tokens / len(out), "valid_json": valid, "requests": len(out),
             "lengths": [o["meta_info"]["completion_tokens"] for o in out],
+            "forwards": timer.forwards, "gpu_busy_fraction": timer.busy_seconds() / latency,
             "sample": out[0]["text"][:200]}
 
 
@@ -102,26 +111,29 @@ def main(argv=None) -> dict:
     isolate = not args.tiny
     free = run_isolated(run_mode, isolate, args, model_dir, False, True)
     jf_on = run_isolated(run_mode, isolate, args, model_dir, True, True)
+    jf_mixed = run_isolated(run_mode, isolate, args, model_dir, True, True, None, True)
     jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
     matched = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_off["lengths"])
-    for mode in (free, jf_on, jf_off, matched):
+    for mode in (free, jf_on, jf_mixed, jf_off, matched):
         mode.pop("lengths")
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
               "unconstrained": free, "constrained_jump_forward": jf_on, "constrained_no_jump_forward": jf_off,
-              "unconstrained_same_lengths": matched,
+              "constrained_jump_forward_mixed": jf_mixed, "unconstrained_same_lengths": matched,
               "constrained_vs_free_tok_s": jf_off["output_tok_s"] / free["output_tok_s"],
               "constrained_vs_same_lengths_tok_s": jf_off["output_tok_s"] / matched["output_tok_s"],
               "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"]}
     rows = []
-    for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off),
-                     ("unconstrained, json lengths", matched)):
+    for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, jump-forward mixed", jf_mixed),
+                     ("json, no jump-forward", jf_off), ("unconstrained, json lengths", matched)):
         rows += [(f"{label}: output tok/s", r["output_tok_s"]), (f"{label}: chars/s", r["chars_s"]),
-                 (f"{label}: forwards/req", r["forward_passes_per_req"]),
+                 (f"{label}: forwards/req", r["forward_passes_per_req"]), (f"{label}: batches", r["forwards"]),
                  (f"{label}: cold pass tok/s", r["cold"]["output_tok_s"])]
-    rows += [("valid JSON (jf on / off)", f"{jf_on['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
+    rows += [("valid JSON (jf on / mixed / off)",
+              f"{jf_on['valid_json']}/{jf_mixed['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
              ("constrained/free tok/s", result["constrained_vs_free_tok_s"]),
              ("constrained/free tok/s, same lengths", result["constrained_vs_same_lengths_tok_s"]),
-             ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"])]
+             ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"]),
+             ("jump-forward mixed chars/s vs free", jf_mixed["chars_s"] / free["chars_s"])]
     report("json_decode", result, rows)
     return result
 

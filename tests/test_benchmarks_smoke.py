@@ -48,6 +48,8 @@ def test_json_decode_tiny():
     assert result["unconstrained"]["tokens_per_req"] == 8
     assert all(result[mode]["cold"]["output_tok_s"] > 0 for mode in ("unconstrained", "constrained_jump_forward"))
     assert result["unconstrained_same_lengths"]["tokens_per_req"] == off["tokens_per_req"]
+    mixed = result["constrained_jump_forward_mixed"]
+    assert mixed["valid_json"] == mixed["requests"] and mixed["forwards"] <= on["forwards"]
     assert result["constrained_vs_same_lengths_tok_s"] > 0
 
 
