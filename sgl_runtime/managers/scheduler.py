@@ -16,7 +16,7 @@ from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
 from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
-from sgl_runtime.managers.overlap import InflightDecode, launch_forward, overlappable
+from sgl_runtime.managers.overlap import InflightDecode, OverlapMixin, launch_forward, overlappable
 from sgl_runtime.managers.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 JUMP_FORWARD_MAX_WAIT = 4  # decode steps a request holding jump-forward tokens may sit out
 
 
-class Scheduler:
+class Scheduler(OverlapMixin):
     """Owns the model, the KV pools and the radix cache; serves requests through handle()/step()."""
 
     def __init__(self, server_args: ServerArgs) -> None:
@@ -321,73 +321,6 @@ class Scheduler:
         if forward_batch.forward_mode.is_decode():
             self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),
                                         len(self.waiting))
-
-    # ================================================================== overlap
-    def _advance_inflight(self) -> bool:
-        """Launch the decode step after the in-flight one when nothing else needs scheduling, read
-        the in-flight step's tokens, then sample the new step (see managers/overlap.py). Returns
-        whether a step was launched (else the caller schedules afresh from exact host state)."""
-        previous, self.inflight = self.inflight, None
-        keep = [i for i, r in enumerate(previous.reqs) if not r.finished]  # aborted since: dropped
-        live = [previous.reqs[i] for i in keep]
-        batch = logits = None
-        if self._can_chain(live):
-            for req in live:
-                req.extend_input_len = 1
-            batch = self._batch(live)
-            try:
-                logits = launch_forward(batch, self.model_runner, previous.next_input_ids(keep))
-            except Exception as error:  # noqa: BLE001
-                self._fail_batch(batch, error)
-                batch = None
-        try:
-            self._read_back(previous)
-        except Exception as error:  # noqa: BLE001
-            self._fail_batch(previous.batch, error)
-        if batch is None:
-            return False
-        try:
-            self.inflight = InflightDecode.sample(batch, logits, self.sampler)
-        except Exception as error:  # noqa: BLE001
-            self._fail_batch(batch, error)
-        self.new_token_ratio.decay()
-        self.metrics.overlapped_steps += 1
-        self._on_decode_launch(batch)
-        return True
-
-    def _can_chain(self, live: list[Req]) -> bool:
-        """The next step is the same decode for the same requests: nobody new to admit, every
-        running request in it, and room for one KV slot each without retracting."""
-        if not live or len(live) != len(self.running) or self.chunked_req is not None:
-            return False
-        if self.waiting and len(self.running) < self.max_running_requests:
-            return False  # a prefill may be admitted: schedule from host state
-        jump_forward = not self.server_args.disable_jump_forward
-        if not all(overlappable(r, jump_forward) for r in live):
-            return False
-        return len(live) <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
-
-    def _read_back(self, step: InflightDecode) -> None:
-        """Append the step's tokens; requests finished since it was launched drop theirs."""
-        added = 0
-        for req, token_id in zip(step.reqs, step.token_ids()):
-            if req.finished:
-                continue
-            req.forward_passes += 1
-            req.append_token(token_id)
-            added += 1
-            if req.finished:
-                self._finish(req)
-        self.metrics.on_tokens(added)
-
-    def _finish_inflight(self) -> None:
-        if self.inflight is not None:
-            previous, self.inflight = self.inflight, None
-            self._read_back(previous)
-
-    def _on_decode_launch(self, batch: ScheduleBatch) -> None:
-        self.metrics.on_decode_step(len(batch), sum(r.kv_len for r in batch.reqs), self._token_usage(),
-                                    len(self.waiting))
 
     def _finish(self, req: Req) -> None:
         if any(req is r for r in self.running):
