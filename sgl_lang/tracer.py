@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from sgl_lang.backend.base import BaseBackend
 from sgl_lang.chat_template import ChatTemplate

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 from sgl_runtime.constrained.grammar_engine import GrammarEngine, GrammarState
-from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
+from sgl_runtime.constrained.grammar_lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)

@@ -9,7 +9,6 @@ batch runs in DECODE mode, otherwise in EXTEND mode.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 from typing import Optional
