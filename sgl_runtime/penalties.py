@@ -6,6 +6,8 @@ from typing import Sequence
 
 import torch
 
+from sgl_runtime.host_to_device import to_device
+
 
 def apply_penalties_(logits: torch.Tensor, reqs: Sequence) -> None:
     """Frequency/presence penalties over output tokens (OpenAI semantics) and the repetition
@@ -28,7 +30,7 @@ def mask_stop_tokens_(logits: torch.Tensor, reqs: Sequence) -> None:
         if len(req.output_ids) < req.sampling_params.min_new_tokens:
             ids = [t for t in (*req.eos_token_ids, *req.sampling_params.stop_token_ids) if t < vocab]
             if ids:
-                logits[i, ids] = float("-inf")
+                logits[i, to_device(ids, torch.int64, logits.device)] = float("-inf")
 
 
 def _has_count_penalty(params) -> bool:
@@ -44,7 +46,7 @@ def _padded_ids(id_lists: list[list[int]], device) -> tuple[torch.Tensor, torch.
         if values:
             ids[row, : len(values)] = torch.tensor(values, dtype=torch.int64)
             mask[row, : len(values)] = 1.0
-    return ids.to(device), mask.to(device)
+    return to_device(ids, torch.int64, device), to_device(mask, torch.float32, device)
 
 
 def _apply_count_penalties_(logits: torch.Tensor, reqs: list, rows: list[int]) -> None:
@@ -52,10 +54,10 @@ def _apply_count_penalties_(logits: torch.Tensor, reqs: list, rows: list[int]) -
     ids, mask = _padded_ids([r.output_ids for r in reqs], dev)
     counts = torch.zeros((len(reqs), logits.shape[-1]), dtype=torch.float32, device=dev)
     counts.scatter_add_(1, ids, mask)  # counts: [R, V]
-    freq = torch.tensor([r.sampling_params.frequency_penalty for r in reqs], dtype=torch.float32, device=dev)
-    pres = torch.tensor([r.sampling_params.presence_penalty for r in reqs], dtype=torch.float32, device=dev)
+    freq = to_device([r.sampling_params.frequency_penalty for r in reqs], torch.float32, dev)
+    pres = to_device([r.sampling_params.presence_penalty for r in reqs], torch.float32, dev)
     penalty = freq[:, None] * counts + pres[:, None] * (counts > 0).float()
-    index = torch.tensor(rows, dtype=torch.int64, device=dev)
+    index = to_device(rows, torch.int64, dev)
     logits[index] = logits[index] - penalty.to(logits.dtype)
 
 
@@ -64,8 +66,8 @@ def _apply_repetition_penalty_(logits: torch.Tensor, reqs: list, rows: list[int]
     ids, mask = _padded_ids([r.origin_input_ids + r.output_ids for r in reqs], dev)
     seen = torch.zeros((len(reqs), logits.shape[-1]), dtype=torch.float32, device=dev)
     seen.scatter_add_(1, ids, mask)  # seen: [R, V] > 0 where the token occurred
-    penalty = torch.tensor([r.sampling_params.repetition_penalty for r in reqs], dtype=torch.float32, device=dev)
-    index = torch.tensor(rows, dtype=torch.int64, device=dev)
+    penalty = to_device([r.sampling_params.repetition_penalty for r in reqs], torch.float32, dev)
+    index = to_device(rows, torch.int64, dev)
     sub = logits[index]
     scaled = torch.where(sub > 0, sub / penalty[:, None], sub * penalty[:, None])
     logits[index] = torch.where(seen > 0, scaled, sub)

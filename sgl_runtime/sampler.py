@@ -18,6 +18,7 @@ import sys
 import numpy as np
 import torch
 
+from sgl_runtime.host_to_device import to_device
 from sgl_runtime.penalties import apply_penalties_, mask_stop_tokens_
 
 MAX_TOP_P_ROUNDS = 64
@@ -41,13 +42,13 @@ class Sampler:
             return logits.argmax(dim=-1)
         sampled = self._sample(logits, reqs)
         if any(greedy):
-            mask = torch.tensor(greedy, device=logits.device)
+            mask = to_device(greedy, torch.bool, logits.device)
             sampled = torch.where(mask, logits.argmax(dim=-1), sampled)
         return sampled
 
     def _sample(self, logits: torch.Tensor, reqs: Sequence) -> torch.Tensor:
         dev = logits.device
-        temps = torch.tensor([r.sampling_params.temperature or 1.0 for r in reqs], dtype=torch.float32, device=dev)
+        temps = to_device([r.sampling_params.temperature or 1.0 for r in reqs], torch.float32, dev)
         probs = torch.softmax(logits.float() / temps[:, None], dim=-1)  # [B, V]
         allowed = _top_k_min_p(probs, reqs)  # [B, V], probs outside top-k / min-p zeroed
         tokens = _inverse_cdf(allowed, _uniforms(reqs, dev))
@@ -75,12 +76,12 @@ def _top_k_min_p(probs: torch.Tensor, reqs: Sequence) -> torch.Tensor:
     dev = probs.device
     threshold = torch.zeros(len(reqs), dtype=probs.dtype, device=dev)
     if any(top_k):
-        k = torch.tensor([max(k, 1) for k in top_k], device=dev)
+        k = to_device([max(k, 1) for k in top_k], torch.int64, dev)
         values = probs.topk(max(top_k), dim=-1).values  # [B, K] descending
         kth = values.gather(1, (k - 1)[:, None]).squeeze(1)
-        threshold = torch.where(torch.tensor(top_k, device=dev) > 0, kth, threshold)
+        threshold = torch.where(to_device(top_k, torch.int64, dev) > 0, kth, threshold)
     if any(min_p):
-        floor = probs.max(dim=-1).values * torch.tensor(min_p, dtype=probs.dtype, device=dev)
+        floor = probs.max(dim=-1).values * to_device(min_p, probs.dtype, dev)
         threshold = torch.maximum(threshold, floor)
     return probs.masked_fill(probs < threshold[:, None], 0.0)
 
@@ -108,8 +109,8 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def _reject_outside_top_p(probs, allowed, tokens, rows: list[int], reqs: Sequence) -> torch.Tensor:
     dev = probs.device
-    index = torch.tensor(rows, dtype=torch.int64, device=dev)
-    top_p = torch.tensor([reqs[i].sampling_params.top_p for i in rows], dtype=probs.dtype, device=dev)
+    index = to_device(rows, torch.int64, dev)
+    top_p = to_device([reqs[i].sampling_params.top_p for i in rows], probs.dtype, dev)
     p_rows, work, drawn = probs[index], allowed[index].clone(), tokens[index]
     sub_reqs = [reqs[i] for i in rows]
     for _ in range(MAX_TOP_P_ROUNDS):
@@ -120,7 +121,7 @@ def _reject_outside_top_p(probs, allowed, tokens, rows: list[int], reqs: Sequenc
             break
         work = torch.where(rejected[:, None] & ~above, torch.zeros_like(work), work)
         again = [j for j, r in enumerate(rejected.tolist()) if r]  # only they draw (seeded streams stay aligned)
-        again_index = torch.tensor(again, dtype=torch.int64, device=dev)
+        again_index = to_device(again, torch.int64, dev)
         drawn = drawn.clone()
         drawn[again_index] = _inverse_cdf(work[again_index], _uniforms([sub_reqs[j] for j in again], dev))
     tokens = tokens.clone()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from sgl_runtime.managers.req import Req
@@ -99,3 +100,39 @@ def test_chained_prepare_decodes_the_device_ids_at_kv_len():
     table = pools[0].req_to_token
     assert table[a.req_pool_idx, 4].item() == fb.out_cache_loc[0].item()
     assert table[b.req_pool_idx, 3].item() == fb.out_cache_loc[1].item()
+
+
+def test_to_device_keeps_values_and_dtype():
+    from sgl_runtime.host_to_device import to_device
+
+    t = to_device([1, 2, 3], torch.int64, "cpu")
+    assert t.dtype == torch.int64 and t.tolist() == [1, 2, 3]
+    assert to_device([0.5, 2.0], torch.float32, "cpu").tolist() == [0.5, 2.0]
+    assert to_device(torch.tensor([[1, 0]]), torch.float32, "cpu").tolist() == [[1.0, 0.0]]
+    assert to_device([True, False], torch.bool, "cpu").tolist() == [True, False]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sampling_without_top_p_never_syncs_the_stream():
+    """Temperature, top-k, min-p, seeds, penalties and the min_new_tokens stop mask all run on the
+    device without a host sync (so overlapped decode steps stay overlapped); top-p's rejection
+    rounds are the one documented exception."""
+    reqs = [
+        Req("a", [1, 2], SamplingParams(temperature=0.7, top_k=20, min_p=0.05, seed=3, max_new_tokens=8)),
+        Req("b", [3], SamplingParams(temperature=1.0, frequency_penalty=0.5, presence_penalty=0.2,
+                                     repetition_penalty=1.3, max_new_tokens=8), eos_token_ids=frozenset({7})),
+        Req("c", [4], SamplingParams(temperature=0.0, max_new_tokens=8, min_new_tokens=4), eos_token_ids=frozenset({5})),
+    ]
+    for req in reqs:
+        req.output_ids = [9, 10]
+    logits = torch.randn(3, 1000, device="cuda")
+    sampler = Sampler()
+    sampler(logits.clone(), reqs)  # first call: creates the seeded request's CUDA generator
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tokens = sampler(logits.clone(), reqs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert tokens.shape == (3,) and int(tokens[2]) != 5 and all(0 <= t < 1000 for t in tokens.tolist())

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 
+from sgl_runtime.host_to_device import to_device
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.schedule_batch import ScheduleBatch
 
@@ -62,7 +63,7 @@ class InflightDecode:
         reqs = [batch.reqs[i] for i in rows]
         with torch.inference_mode():  # the logits are inference tensors, edited in place by the sampler
             if len(rows) < len(batch.reqs):
-                logits = logits.index_select(0, _device_index(rows, logits.device))
+                logits = logits.index_select(0, to_device(rows, torch.int64, logits.device))
             next_ids = sampler(logits, reqs)
         if next_ids.device.type != "cuda":
             return cls(batch, reqs, next_ids, next_ids, None)
@@ -82,13 +83,7 @@ class InflightDecode:
         """The device ids of rows `keep`, as the next step's input."""
         if len(keep) == len(self.reqs):
             return self.next_ids
-        return self.next_ids.index_select(0, _device_index(keep, self.next_ids.device))
-
-
-def _device_index(rows: list[int], device: torch.device) -> torch.Tensor:
-    """An int64 index on `device` through a pinned buffer (a pageable copy would sync the stream)."""
-    index = torch.tensor(rows, dtype=torch.int64, pin_memory=device.type == "cuda")
-    return index.to(device, non_blocking=True)
+        return self.next_ids.index_select(0, to_device(keep, torch.int64, self.next_ids.device))
 
 
 class OverlapMixin:
