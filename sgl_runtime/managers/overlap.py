@@ -115,14 +115,17 @@ class OverlapMixin:
             self._fail_batch(previous.batch, error)
         if batch is None:
             return False
+        self.new_token_ratio.decay()
+        self.metrics.overlapped_steps += 1
+        self._on_decode_launch(batch)
         try:
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
         except Exception as error:  # noqa: BLE001
             self._fail_batch(batch, error)
-        self.new_token_ratio.decay()
-        self.metrics.overlapped_steps += 1
-        self._on_decode_launch(batch)
         return True
+
+    def _overlappable(self, reqs: list[Req]) -> bool:
+        return all(overlappable(r, self.jump_forward) for r in reqs)
 
     def _can_chain(self, live: list[Req]) -> bool:
         """The next step is the same decode for the same requests: nobody new to admit, every
@@ -131,8 +134,7 @@ class OverlapMixin:
             return False
         if self.waiting and len(self.running) < self.max_running_requests:
             return False  # a prefill may be admitted: schedule from host state
-        jump_forward = not self.server_args.disable_jump_forward
-        if not all(overlappable(r, jump_forward) for r in live):
+        if not self._overlappable(live):
             return False
         return len(live) <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
 
@@ -155,5 +157,6 @@ class OverlapMixin:
             self._read_back(previous)
 
     def _on_decode_launch(self, batch: ScheduleBatch) -> None:
+        """Decode-step metrics (after the batch's commit, so kv_len is each request's new length)."""
         self.metrics.on_decode_step(len(batch), sum(r.kv_len for r in batch.reqs), self._token_usage(),
                                     len(self.waiting))

@@ -16,7 +16,7 @@ from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
 from sgl_runtime.managers.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
-from sgl_runtime.managers.overlap import InflightDecode, OverlapMixin, launch_forward, overlappable
+from sgl_runtime.managers.overlap import InflightDecode, OverlapMixin, launch_forward
 from sgl_runtime.managers.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
@@ -69,6 +69,7 @@ class Scheduler(OverlapMixin):
         self.defer_jump_forward = True
         self._forced_wait = 0  # decode steps that left jump-forward requests waiting
         self.overlap = not server_args.disable_overlap_schedule
+        self.jump_forward = not server_args.disable_jump_forward
         self.inflight: Optional[InflightDecode] = None  # a launched decode step not yet read back
 
     # ================================================================== public API
@@ -182,7 +183,7 @@ class Scheduler(OverlapMixin):
         ready, failed = self.constraints.poll(block=idle)
         self.outbox.extend(failed)
         for req in ready:
-            if not self.server_args.disable_jump_forward:
+            if self.jump_forward:
                 jump_forward_(req)  # text forced from the start is prefilled with the prompt
             (self.outbox if req.finished else self.waiting).append(req)
 
@@ -296,10 +297,8 @@ class Scheduler(OverlapMixin):
 
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
-        jump_forward = not self.server_args.disable_jump_forward
-        if self.overlap and not batch.is_prefill and all(
-            r.extend_input_len == 1 and overlappable(r, jump_forward) for r in batch.reqs
-        ):
+        if self.overlap and not batch.is_prefill and all(r.extend_input_len == 1 for r in batch.reqs) \
+                and self._overlappable(batch.reqs):
             logits = launch_forward(batch, self.model_runner)
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
             self._on_decode_launch(batch)
@@ -307,8 +306,7 @@ class Scheduler(OverlapMixin):
         forward_batch = batch.prepare()
         logits = self.model_runner.forward(forward_batch)
         batch.commit_forward()
-        jump_forward = not self.server_args.disable_jump_forward
-        added = process_batch_logits(batch, logits, self.sampler, jump_forward)
+        added = process_batch_logits(batch, logits, self.sampler, self.jump_forward)
         self.metrics.on_tokens(added)
         running = {id(r) for r in self.running} if batch.is_prefill else None  # decode reqs are all running
         for req in batch.reqs:
