@@ -21,15 +21,9 @@ import time
 import numpy as np
 
 from sgl_runtime.constrained.grammar import compile_grammar
+from sgl_runtime.constrained.grammar_sampling import CLOSERS, closer_ids, pick_walk_token
 from sgl_runtime.constrained.vocabulary import Vocabulary
 from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
-
-CLOSERS = {
-    "json": ['"', '}', ']', ':', '0', ','],
-    "arithmetic": [')', '1', 'x', '+', ','],
-    "sql": ["'", ')', ' =', ' FROM', ' t', ' ON', ' BY', '1', '*', ' a', ';'],
-}
-
 
 def walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, times: list) -> list[int]:
     m, out, eos = c.matcher(), [], vocab.eos_token_ids[0]
@@ -40,15 +34,7 @@ def walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, ti
         if miss:
             times.append(time.perf_counter() - t0)
         ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab.size])
-        if step < random_steps:
-            short = ids[(c.table.lens[ids] > 0) & (c.table.lens[ids] <= 3)]
-            pick = rng.choice((short if short.size and rng.random() < 0.7 else ids).tolist())
-        elif eos in ids:
-            pick = eos
-        else:
-            allowed = set(ids.tolist())
-            cands = [t for t in closers if t in allowed]
-            pick = cands[0] if cands and rng.random() < 0.85 else rng.choice(cands or ids.tolist())
+        pick = pick_walk_token(ids, step, random_steps, c.table.lens, eos, closers, rng)
         m.advance(int(pick))
         out.append(int(pick))
         if pick == eos:
@@ -86,7 +72,7 @@ def main() -> None:
         t0 = time.perf_counter()
         c.matcher().bitmask()
         first_mask_s = time.perf_counter() - t0
-        rng, closers = random.Random(1234), [vocab.encode(s)[0] for s in CLOSERS[name]]
+        rng, closers = random.Random(1234), closer_ids(name, vocab)
         cold, seqs = [], []
         for i in range(args.walks):
             seqs.append(walk(c, vocab, rng, closers, 4 + i % 12, cold))

@@ -12,6 +12,7 @@ import pytest
 
 from grammar_oracle import lark_parses, lark_viable
 from sgl_runtime.constrained.grammar import compile_grammar
+from sgl_runtime.constrained.grammar_sampling import closer_ids, pick_walk_token
 from sgl_runtime.constrained.grammar_source import GRAMMAR_DIR
 from sgl_runtime.constrained.vocabulary import Vocabulary
 from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
@@ -20,11 +21,6 @@ STATES = {
     "json": ['', '{"a', '[1.', '{"a": [1, 2], "b": {"c": nu', '[1 '],
     "arithmetic": ['', '1', '1.', 'foo(1, x', '-(2 *'],
     "sql": ['', 'SELECT a', 'select a fr', "SELECT a FROM t WHERE x = 'ab", 'SELECT a FROM t t2 LEFT JOIN u ON'],
-}
-CLOSERS = {
-    "json": ['"', '}', ']', ':', '0', ','],
-    "arithmetic": [')', '1', 'x', '+', ','],
-    "sql": ["'", ')', ' =', ' FROM', ' t', ' ON', ' BY', '1', '*', ' a', ';'],
 }
 SENTENCES = {
     "json": ['{"name": "Ada", "tags": ["x", "y\\n"], "n": -1.5e3, "ok": true, "z": null}',
@@ -121,18 +117,7 @@ def _walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int,
             out.extend(forced)
         ids = np.flatnonzero(allowed_flags(m.bitmask(), vocab.size))
         assert ids.size, "a reachable state allows nothing"
-        if step < random_steps:
-            short = ids[(lens[ids] > 0) & (lens[ids] <= 3)]
-            pick = rng.choice((short if short.size and rng.random() < 0.7 else ids).tolist())
-        elif eos in ids:
-            pick = eos
-        else:
-            allowed = set(ids.tolist())
-            cands = [t for t in closers if t in allowed]
-            if cands and rng.random() < 0.85:
-                pick = cands[0]  # closers are listed in an order that finishes every open structure
-            else:
-                pick = rng.choice(cands or ids.tolist())
+        pick = pick_walk_token(ids, step, random_steps, lens, eos, closers, rng)
         m.advance(int(pick))
         if pick in vocab.eos_token_ids:
             assert m.is_terminated()
@@ -144,7 +129,7 @@ def _walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int,
 @pytest.mark.parametrize("name", list(STATES))
 def test_random_walks_produce_text_lark_parses(vocab, grammars, parsers, name):
     c, rng = grammars[name], random.Random(1234)
-    closers = [vocab.encode(s)[0] for s in CLOSERS[name]]
+    closers = closer_ids(name, vocab)
     for walk in range(50):
         text = _walk(c, vocab, rng, closers, random_steps=4 + walk % 12, jump_forward=walk % 2 == 1)
         assert lark_parses(parsers[name], text), text
