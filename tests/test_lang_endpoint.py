@@ -6,12 +6,11 @@ token 0), list in -> list out, SSE streaming with cumulative text, JSON errors.
 """
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import sgl_lang as sgl
+from http_fixtures import JsonHandler, serving
 
 CHAT_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}[/]{% endfor %}"
 
@@ -25,19 +24,8 @@ def prompt_entries(ids: list, start: int) -> list:
     return [[None if i == 0 else char_logprob(chr(t)), t, chr(t)] for i, t in enumerate(ids) if i >= start]
 
 
-class FakeRuntime(BaseHTTPRequestHandler):
+class FakeRuntime(JsonHandler):
     requests_seen: list = []
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status: int, obj) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         if self.path == "/get_model_info":
@@ -82,11 +70,8 @@ class FakeRuntime(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def backend():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRuntime)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield sgl.RuntimeEndpoint(f"http://127.0.0.1:{server.server_port}", api_key="secret")
-    server.shutdown()
+    with serving(FakeRuntime) as url:
+        yield sgl.RuntimeEndpoint(url, api_key="secret")
 
 
 def test_gen_sends_the_full_text_and_roles_use_the_reported_template(backend):

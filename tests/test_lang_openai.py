@@ -3,13 +3,12 @@ server, and the DSL's primitives against the session's shared server through its
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import pytest
 
 import sgl_lang as sgl
+from http_fixtures import JsonHandler, serving
 
 DOCS = ["Profile\nName: Steve\nBirthday: 1955\nJob: CEO\nEND",
         "Other\nName: Ann\nBorn: 1970\nJob: Pilot\nEND"]
@@ -34,20 +33,9 @@ def cut(text: str, body: dict) -> tuple:
     return (text[:limit], "length") if len(text) > limit else (text, "stop")
 
 
-class ScriptedOpenAI(BaseHTTPRequestHandler):
+class ScriptedOpenAI(JsonHandler):
     calls: list = []
     flaky_failures = 0
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -95,10 +83,8 @@ class ScriptedOpenAI(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def scripted_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedOpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-    server.shutdown()
+    with serving(ScriptedOpenAI) as url:
+        yield f"{url}/v1"
 
 
 def character(header: str):
