@@ -76,7 +76,9 @@ def vocab_size_of(model_dir: str) -> int:
 
 class ForwardTimer:
     """Wraps the engine's ModelRunner.forward to time every forward on the device (CUDA events)
-    or host clock (CPU); `busy_seconds()` sums them for the GPU-busy fraction of a run."""
+    or host clock (CPU); `busy_seconds()` sums them for the GPU-busy fraction of a run, and
+    `by_kind()` splits the batches into graph-replayable decode steps and extends (prefills,
+    jump-forward, mixed), with their device time and token counts."""
 
     def __init__(self, engine) -> None:
         import torch
@@ -84,17 +86,17 @@ class ForwardTimer:
         self.torch = torch
         runner = engine.scheduler.model_runner
         self.cuda = runner.device != "cpu"
-        self.events: list = []
-        self.host_seconds = 0.0
-        self.forwards = 0
+        self.reset()
         inner = runner.forward
 
         def timed(forward_batch):
             self.forwards += 1
+            kind = "decode" if forward_batch.forward_mode.is_decode() else "extend"
+            self.kinds.append((kind, forward_batch.batch_size, int(forward_batch.input_ids.shape[0])))
             if not self.cuda:
                 start = time.perf_counter()
                 out = inner(forward_batch)
-                self.host_seconds += time.perf_counter() - start
+                self.events.append(time.perf_counter() - start)
                 return out
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
@@ -106,13 +108,33 @@ class ForwardTimer:
         runner.forward = timed
 
     def reset(self) -> None:
-        self.events, self.host_seconds, self.forwards = [], 0.0, 0
+        self.events: list = []
+        self.kinds: list[tuple[str, int, int]] = []  # (decode|extend, requests, tokens) per forward
+        self.forwards = 0
+
+    def _seconds(self) -> list[float]:
+        if not self.cuda:
+            return list(self.events)
+        self.torch.cuda.synchronize()
+        return [b.elapsed_time(e) / 1000.0 for b, e in self.events]
 
     def busy_seconds(self) -> float:
-        if not self.cuda:
-            return self.host_seconds
-        self.torch.cuda.synchronize()
-        return sum(b.elapsed_time(e) for b, e in self.events) / 1000.0
+        return sum(self._seconds())
+
+    def by_kind(self) -> dict:
+        """{kind: {batches, requests (mean per batch), tokens, device_ms (mean per batch)}}."""
+        out: dict = {}
+        for (kind, reqs, tokens), seconds in zip(self.kinds, self._seconds()):
+            row = out.setdefault(kind, {"batches": 0, "requests": 0, "tokens": 0, "seconds": 0.0})
+            row["batches"] += 1
+            row["requests"] += reqs
+            row["tokens"] += tokens
+            row["seconds"] += seconds
+        for row in out.values():
+            n = row["batches"]
+            row["requests"] = round(row["requests"] / n, 1)
+            row["device_ms"] = round(1000 * row.pop("seconds") / n, 3)
+        return out
 
 
 def timed_generate(engine, input_ids: list[list[int]], params: list[dict], timer: ForwardTimer | None = None) -> tuple[list[dict], float]:

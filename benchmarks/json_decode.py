@@ -92,6 +92,7 @@ def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constraine
             "tokens_per_req": tokens / len(out), "valid_json": valid, "requests": len(out),
             "lengths": [o["meta_info"]["completion_tokens"] for o in out],
             "forwards": timer.forwards, "gpu_busy_fraction": timer.busy_seconds() / latency,
+            "by_kind": timer.by_kind(),
             "sample": out[0]["text"][:200]}
 
 
@@ -114,26 +115,34 @@ def main(argv=None) -> dict:
     jf_mixed = run_isolated(run_mode, isolate, args, model_dir, True, True, None, True)
     jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
     matched = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_off["lengths"])
-    for mode in (free, jf_on, jf_mixed, jf_off, matched):
+    matched_jf = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_on["lengths"])
+    for mode in (free, jf_on, jf_mixed, jf_off, matched, matched_jf):
         mode.pop("lengths")
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
               "unconstrained": free, "constrained_jump_forward": jf_on, "constrained_no_jump_forward": jf_off,
               "constrained_jump_forward_mixed": jf_mixed, "unconstrained_same_lengths": matched,
+              "unconstrained_jump_forward_lengths": matched_jf,
               "constrained_vs_free_tok_s": jf_off["output_tok_s"] / free["output_tok_s"],
               "constrained_vs_same_lengths_tok_s": jf_off["output_tok_s"] / matched["output_tok_s"],
-              "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"]}
+              "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"],
+              "jump_forward_time_vs_same_tokens": matched_jf["seconds"] / jf_on["seconds"]}
     rows = []
     for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, jump-forward mixed", jf_mixed),
-                     ("json, no jump-forward", jf_off), ("unconstrained, json lengths", matched)):
+                     ("json, no jump-forward", jf_off), ("unconstrained, json lengths", matched),
+                     ("unconstrained, jump-forward lengths", matched_jf)):
         rows += [(f"{label}: output tok/s", r["output_tok_s"]), (f"{label}: chars/s", r["chars_s"]),
                  (f"{label}: forwards/req", r["forward_passes_per_req"]), (f"{label}: batches", r["forwards"]),
                  (f"{label}: cold pass tok/s", r["cold"]["output_tok_s"])]
+        rows += [(f"{label}: {kind} batches (reqs, tokens, device ms each)",
+                  f"{k['batches']} ({k['requests']}, {k['tokens'] / k['batches']:.0f}, {k['device_ms']:.2f})")
+                 for kind, k in sorted(r["by_kind"].items())]
     rows += [("valid JSON (jf on / mixed / off)",
               f"{jf_on['valid_json']}/{jf_mixed['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
              ("constrained/free tok/s", result["constrained_vs_free_tok_s"]),
              ("constrained/free tok/s, same lengths", result["constrained_vs_same_lengths_tok_s"]),
              ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"]),
-             ("jump-forward mixed chars/s vs free", jf_mixed["chars_s"] / free["chars_s"])]
+             ("jump-forward mixed chars/s vs free", jf_mixed["chars_s"] / free["chars_s"]),
+             ("free time for jump-forward's token counts / jump-forward time", result["jump_forward_time_vs_same_tokens"])]
     report("json_decode", result, rows)
     return result
 
