@@ -51,8 +51,10 @@ class ServerArgs:
 
     # Kernels and speed
     attention_backend: str = _arg("auto", "Attention implementation (auto: triton on CUDA, torch on CPU).", ATTENTION_BACKENDS)
-    disable_cuda_graph: bool = _arg(False, "Run decode eagerly instead of under CUDA graphs.")
-    cuda_graph_max_bs: int = _arg(256, "Largest decode batch captured in a CUDA graph.")
+    disable_cuda_graph: bool = _arg(False, "Run decode and small extends eagerly instead of under CUDA graphs.")
+    cuda_graph_max_bs: int = _arg(
+        256, "Largest decode batch captured in a CUDA graph (small extends, one row per token, also replay "
+        "sizes up to twice it).")
     disable_overlap_schedule: bool = _arg(False, "Do not overlap CPU scheduling with the GPU forward.")
 
     # Constrained decoding

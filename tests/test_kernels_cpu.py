@@ -34,9 +34,11 @@ def test_kernel_modules_import_without_triton():
 
 def test_batch_size_ladder():
     assert batch_size_ladder(256)[:7] == [1, 2, 4, 8, 16, 24, 32]
-    assert batch_size_ladder(256)[-1] == 256 and len(batch_size_ladder(256)) == 4 + 31
+    assert batch_size_ladder(256)[-5:] == [256, 320, 384, 448, 512]  # past 256: flattened extends only
+    assert len(batch_size_ladder(256)) == 4 + 31 + 4
     assert batch_size_ladder(6) == [1, 2, 4, 6]
     assert batch_size_ladder(20) == [1, 2, 4, 8, 16, 20]
+    assert batch_size_ladder(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 128]
 
 
 def test_num_splits_bounds():

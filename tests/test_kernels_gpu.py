@@ -6,6 +6,7 @@ SGL_KERNEL_TEST_DEVICE=cpu with TRITON_INTERPRET=1 runs the kernel tests on the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -239,8 +240,9 @@ def _runner(model_dir: str, backend: str, cuda_graph: bool):
     return ModelRunner(args, ModelConfig.from_path(model_dir, "auto", None, DEVICE))
 
 
-def _forward_batch(runner, reqs, decode: bool):
-    """reqs: [(row, prefix_len, new token ids)]; allocates slots, fills req_to_token, logits for every token."""
+def _forward_batch(runner, reqs, decode: bool, last_only: bool = False):
+    """reqs: [(row, prefix_len, new token ids)]; allocates slots, fills req_to_token, logits for every
+    token (or, `last_only`, each request's last token, as the scheduler asks)."""
     from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
 
     ext = [len(t) for _, _, t in reqs]
@@ -256,12 +258,14 @@ def _forward_batch(runner, reqs, decode: bool):
     def t(values):
         return torch.tensor(values, dtype=torch.int64, device=DEVICE)
 
+    rows = list(itertools.accumulate(ext, initial=-1))[1:] if last_only else list(range(sum(ext)))
     return ForwardBatch(
         forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND, batch_size=len(reqs), input_ids=t(ids),
         positions=t(positions), req_pool_indices=t([r for r, _, _ in reqs]), seq_lens=t([p + n for (_, p, _), n in zip(reqs, ext)]),
         extend_prefix_lens=t([p for _, p, _ in reqs]), extend_seq_lens=t(ext), extend_start_loc=t([0] + list(torch.tensor(ext).cumsum(0)[:-1].tolist())),
         out_cache_loc=loc.to(DEVICE), seq_lens_cpu=[p + n for (_, p, _), n in zip(reqs, ext)],
-        extend_prefix_lens_cpu=[p for _, p, _ in reqs], extend_seq_lens_cpu=ext, logits_indices=t(list(range(sum(ext)))),
+        extend_prefix_lens_cpu=[p for _, p, _ in reqs], extend_seq_lens_cpu=ext, logits_indices=t(rows),
+        logits_indices_cpu=rows,
     )
 
 
@@ -294,3 +298,35 @@ def test_triton_backend_and_cuda_graphs_match_torch_backend(model_dir):
             triton_runner.cuda_graph_runner = graphs
             assert _rel_err(graph_out, eager) < 5e-3
             assert torch.equal(graph_out.argmax(-1), eager.argmax(-1))
+
+
+def test_small_extends_replay_the_decode_graphs_like_eager_extends(model_dir):
+    """Jump-forward-sized extends replay the decode graphs one row per token (two replays when the
+    rows exceed the largest graph) and give the eager extend's logits."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA graphs need CUDA")
+    runner = _runner(model_dir, "triton", cuda_graph=True)
+    graphs = runner.cuda_graph_runner
+    replays = []
+    replay = graphs.replay
+    graphs.replay = lambda batch: replays.append(batch.batch_size) or replay(batch)
+    gen = torch.Generator().manual_seed(1)
+
+    def tokens(n):
+        return torch.randint(10, 4096, (n,), generator=gen).tolist()
+
+    runner.forward(_forward_batch(runner, [(0, 0, tokens(300)), (1, 0, tokens(1)), (2, 0, tokens(77))], False))
+    assert replays == []  # 378 tokens: eager
+    steps = [([(0, 300, tokens(5)), (1, 1, tokens(1)), (2, 77, tokens(6))], True, [8, 4]),  # 12 rows > max_bs 8
+             ([(0, 305, tokens(3)), (2, 83, tokens(2))], False, [5])]
+    for step, last_only, expected_replays in steps:
+        replays.clear()
+        batch = _forward_batch(runner, step, False, last_only)
+        out = runner.forward(batch)
+        assert replays == expected_replays
+        runner.cuda_graph_runner = None
+        eager = runner.forward(batch)  # rewrites the same K/V, then the extend kernel attends
+        runner.cuda_graph_runner = graphs
+        assert out.shape == eager.shape == (len(batch.logits_indices_cpu), MODEL_CONFIG["vocab_size"])
+        assert _rel_err(out, eager) < 5e-3
+        assert torch.equal(out.argmax(-1), eager.argmax(-1))

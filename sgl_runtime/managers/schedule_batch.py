@@ -152,6 +152,7 @@ class ScheduleBatch:
             extend_prefix_lens_cpu=prefix_lens,
             extend_seq_lens_cpu=ext_lens,
             logits_indices=logits_t,
+            logits_indices_cpu=logits_rows,
         )
 
     def _extend_columns(self, prefix_lens: list[int], ext_lens: list[int]):

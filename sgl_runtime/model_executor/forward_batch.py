@@ -55,6 +55,7 @@ class ForwardBatch:
     # normally asks for each request's last token, plus whole spans where prompt logprobs
     # were requested.
     logits_indices: torch.Tensor
+    logits_indices_cpu: Optional[list[int]] = None  # its host mirror, where the scheduler knows it
     # Set by the runner: the attention backend (holds the KV pool) and the req->token table.
     attn_backend: Any = None
     req_to_token: Optional[torch.Tensor] = None  # [max_reqs, max_context] int32/int64
@@ -62,3 +63,39 @@ class ForwardBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+
+def flat_extra_keys(forward_batch: ForwardBatch) -> int:
+    """How many more keys `flatten_extend(forward_batch)` reads per layer and head than the extend:
+    request i's n new tokens each read their own prefix, n*p + n(n+1)/2 keys, instead of p + n once."""
+    extra = 0
+    for p, n in zip(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
+        extra += n * p + n * (n + 1) // 2 - (p + n)
+    return extra
+
+
+def flatten_extend(forward_batch: ForwardBatch) -> ForwardBatch:
+    """The EXTEND batch as a DECODE batch of one row per new token, in the same token order.
+
+    Row t (request i's token at position p) attends to request i's first p + 1 KV slots: its
+    prefix, the new tokens before it and itself. Attention stores every row's K/V before it
+    reads, so each row sees exactly what the causal extend shows it, and every row's logits
+    equal the extend's for that token. The rows' logits come back for all T rows (decode
+    computes every row), so callers pick forward_batch.logits_indices from them. This is what
+    lets the decode CUDA graphs serve small extends: jump-forward text, mixed batches, short prefills.
+    """
+    num = forward_batch.num_tokens
+    seq_lens_cpu = [p + j + 1 for p, n in zip(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu)
+                    for j in range(n)]
+    seq_lens = forward_batch.positions + 1  # positions are absolute: token at p is KV slot p of its row
+    rows = torch.repeat_interleave(forward_batch.req_pool_indices, forward_batch.extend_seq_lens, output_size=num)
+    every_row = torch.arange(num, dtype=torch.int64, device=forward_batch.input_ids.device)
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE, batch_size=num, input_ids=forward_batch.input_ids,
+        positions=forward_batch.positions, req_pool_indices=rows, seq_lens=seq_lens,
+        extend_prefix_lens=forward_batch.positions, extend_seq_lens=torch.ones_like(every_row),
+        extend_start_loc=every_row, out_cache_loc=forward_batch.out_cache_loc, seq_lens_cpu=seq_lens_cpu,
+        extend_prefix_lens_cpu=[s - 1 for s in seq_lens_cpu], extend_seq_lens_cpu=[1] * num,
+        logits_indices=every_row, logits_indices_cpu=list(range(num)),
+        attn_backend=forward_batch.attn_backend, req_to_token=forward_batch.req_to_token,
+    )

@@ -26,7 +26,8 @@ class ModelRunner:
     """Runs `forward(ForwardBatch) -> logits` and holds the memory pools the scheduler allocates from.
 
     `cuda_graph_runner`, when set (an object with `can_run(forward_batch) -> bool` and
-    `replay(forward_batch) -> logits`), serves DECODE batches instead of the eager model.
+    `replay(forward_batch) -> logits`, plus `can_run_extend` / `replay_extend` for small EXTEND
+    batches), serves those batches instead of the eager model.
     """
 
     def __init__(self, server_args: ServerArgs, model_config: ModelConfig) -> None:
@@ -62,8 +63,11 @@ class ModelRunner:
         forward_batch.attn_backend = self.attn_backend
         forward_batch.req_to_token = self.req_to_token_pool.req_to_token
         graph = self.cuda_graph_runner
-        if graph is not None and forward_batch.forward_mode.is_decode() and graph.can_run(forward_batch):
-            return graph.replay(forward_batch)
+        if graph is not None:
+            if forward_batch.forward_mode.is_decode() and graph.can_run(forward_batch):
+                return graph.replay(forward_batch)
+            if graph.can_run_extend(forward_batch):  # small extends replay the decode graphs, one row per token
+                return graph.replay_extend(forward_batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch)
 
