@@ -24,13 +24,20 @@ def apply_penalties_(logits: torch.Tensor, reqs: Sequence) -> None:
 
 
 def mask_stop_tokens_(logits: torch.Tensor, reqs: Sequence) -> None:
-    """Forbid EOS and stop_token_ids for requests that have not yet produced min_new_tokens."""
+    """Forbid EOS and stop_token_ids for requests that have not yet produced min_new_tokens
+    (one index_put_ of a device tensor: assigning a Python float would sync the stream)."""
     vocab = logits.shape[-1]
+    rows: list[int] = []
+    cols: list[int] = []
     for i, req in enumerate(reqs):
         if len(req.output_ids) < req.sampling_params.min_new_tokens:
             ids = [t for t in (*req.eos_token_ids, *req.sampling_params.stop_token_ids) if t < vocab]
-            if ids:
-                logits[i, to_device(ids, torch.int64, logits.device)] = float("-inf")
+            rows += [i] * len(ids)
+            cols += ids
+    if rows:
+        index = to_device([rows, cols], torch.int64, logits.device)
+        logits.index_put_((index[0], index[1]), torch.full((len(rows),), float("-inf"), device=logits.device,
+                                                           dtype=logits.dtype))
 
 
 def _has_count_penalty(params) -> bool:
@@ -58,7 +65,7 @@ def _apply_count_penalties_(logits: torch.Tensor, reqs: list, rows: list[int]) -
     pres = to_device([r.sampling_params.presence_penalty for r in reqs], torch.float32, dev)
     penalty = freq[:, None] * counts + pres[:, None] * (counts > 0).float()
     index = to_device(rows, torch.int64, dev)
-    logits[index] = logits[index] - penalty.to(logits.dtype)
+    logits.index_copy_(0, index, logits.index_select(0, index) - penalty.to(logits.dtype))
 
 
 def _apply_repetition_penalty_(logits: torch.Tensor, reqs: list, rows: list[int]) -> None:
@@ -68,6 +75,6 @@ def _apply_repetition_penalty_(logits: torch.Tensor, reqs: list, rows: list[int]
     seen.scatter_add_(1, ids, mask)  # seen: [R, V] > 0 where the token occurred
     penalty = to_device([r.sampling_params.repetition_penalty for r in reqs], torch.float32, dev)
     index = to_device(rows, torch.int64, dev)
-    sub = logits[index]
+    sub = logits.index_select(0, index)
     scaled = torch.where(sub > 0, sub / penalty[:, None], sub * penalty[:, None])
-    logits[index] = torch.where(seen > 0, scaled, sub)
+    logits.index_copy_(0, index, torch.where(seen > 0, scaled, sub))
