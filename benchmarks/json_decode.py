@@ -7,8 +7,8 @@ requests) and off, and unconstrained again with each request given exactly the n
 tokens its constrained (jump-forward off) run produced, which separates the constraint's cost
 from the shape of the workload (each run in its own process). Reports output tok/s, characters/s and
 forward passes per request, on a second pass of fresh prompts (the first pass, which pays each
-schema state's first mask and new kernel shapes, is reported as "cold"). Prints a JSON line and
-a table.
+schema state's first mask and new kernel shapes, is reported as "cold"); then a few requests one
+at a time (batch 1, the latency-bound case jump-forward is for). Prints a JSON line and a table.
 
 Default shape: qwen2.5-7b, whose 152,064 logits cover every Qwen2.5 tokenizer id, so forced
 (jump-forward) tokens always exist in the model; see bench_utils for the llama-3-8b caveat.
@@ -42,8 +42,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser, default_config="qwen2.5-7b")
     parser.add_argument("--num-requests", type=int, default=None)
+    parser.add_argument("--latency-requests", type=int, default=None,
+                        help="requests run one at a time (batch 1) per mode after the batched passes (default 8)")
     args = parser.parse_args(argv)
     args.num_requests = args.num_requests or (2 if args.tiny else 128)
+    args.latency_requests = args.latency_requests if args.latency_requests is not None else (1 if args.tiny else 8)
     args.prompt_len, args.free_tokens, args.max_tokens = (8, 8, 96) if args.tiny else (64, 128, 256)
     return args
 
@@ -77,7 +80,25 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, length
     result = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
                          params, constrained, timer)
     result["cold"] = {key: cold[key] for key in ("seconds", "output_tok_s", "chars_s")}
+    if lengths is None and not mixed and args.latency_requests:
+        result["batch1"] = _one_at_a_time(engine, [random_ids(rng, args.prompt_len, vocab)
+                                                   for _ in range(args.latency_requests)], params[0])
     return result
+
+
+def _one_at_a_time(engine, prompts: list[list[int]], params: dict) -> dict:
+    """Latency-bound figures: each request alone (batch 1), where a forward costs about the same
+    whatever its handful of tokens, so jump-forward's fewer forwards show directly."""
+    seconds = tokens = chars = passes = 0
+    for prompt in prompts:
+        out, latency = timed_generate(engine, [prompt], [params])
+        seconds += latency
+        tokens += out[0]["meta_info"]["completion_tokens"]
+        chars += len(out[0]["text"])
+        passes += out[0]["meta_info"]["forward_passes"]
+    return {"seconds": seconds, "output_tok_s": tokens / seconds, "chars_s": chars / seconds,
+            "forward_passes_per_req": passes / len(prompts), "tokens_per_req": tokens / len(prompts),
+            "requests": len(prompts)}
 
 
 def _timed_pass(engine, prompts: list[list[int]], params: list[dict], constrained: bool, timer: ForwardTimer) -> dict:
@@ -126,6 +147,9 @@ def main(argv=None) -> dict:
               "constrained_vs_same_lengths_tok_s": jf_off["output_tok_s"] / matched["output_tok_s"],
               "jump_forward_chars_vs_free": jf_on["chars_s"] / free["chars_s"],
               "jump_forward_time_vs_same_tokens": matched_jf["seconds"] / jf_on["seconds"]}
+    if "batch1" in free:
+        result["batch1_jump_forward_chars_vs_free"] = jf_on["batch1"]["chars_s"] / free["batch1"]["chars_s"]
+        result["batch1_constrained_vs_free_tok_s"] = jf_off["batch1"]["output_tok_s"] / free["batch1"]["output_tok_s"]
     rows = []
     for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, jump-forward mixed", jf_mixed),
                      ("json, no jump-forward", jf_off), ("unconstrained, json lengths", matched),
@@ -143,6 +167,13 @@ def main(argv=None) -> dict:
              ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"]),
              ("jump-forward mixed chars/s vs free", jf_mixed["chars_s"] / free["chars_s"]),
              ("free time for jump-forward's token counts / jump-forward time", result["jump_forward_time_vs_same_tokens"])]
+    if "batch1" in free:
+        for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off)):
+            b1 = r["batch1"]
+            rows += [(f"batch 1, {label}: tok/s", b1["output_tok_s"]), (f"batch 1, {label}: chars/s", b1["chars_s"]),
+                     (f"batch 1, {label}: forwards/req", b1["forward_passes_per_req"])]
+        rows += [("batch 1: jump-forward chars/s vs free", result["batch1_jump_forward_chars_vs_free"]),
+                 ("batch 1: constrained (no jump-forward) tok/s vs free", result["batch1_constrained_vs_free_tok_s"])]
     report("json_decode", result, rows)
     return result
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from bench_utils import (add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
+from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
                          run_isolated, timed_generate, vocab_size_of)
 
 
@@ -21,6 +21,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser)
     parser.add_argument("--num-groups", type=int, default=None, help="groups of requests (default 64)")
+    parser.add_argument("--max-running-requests", type=int, default=None, help="the engine's (default: its own)")
     args = parser.parse_args(argv)
     # groups, requests per group, system prompt, question, output tokens
     args.shape = (2, 3, 48, 8, 4) if args.tiny else (64, 16, 2048, 128, 256)
@@ -45,17 +46,22 @@ def run_mode(args, model_dir: str, radix: bool) -> dict:
     from sgl_runtime.engine import Engine
 
     vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_radix_cache=not radix))
+    extra = {} if args.max_running_requests is None else {"max_running_requests": args.max_running_requests}
+    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_radix_cache=not radix, **extra))
+    timer = ForwardTimer(engine)
     warm = random.Random(args.seed + 99)
     timed_generate(engine, [random_ids(warm, n, vocab) for n in (40, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
     engine.flush_cache()
     _, ids, params = workload(args, vocab)
-    out, latency = timed_generate(engine, ids, params)
+    out, latency = timed_generate(engine, ids, params, timer)
     prompt = sum(o["meta_info"]["prompt_tokens"] for o in out)
     cached = sum(o["meta_info"]["cached_tokens"] for o in out)
     completion = sum(o["meta_info"]["completion_tokens"] for o in out)
+    sched = engine.scheduler
     return {"seconds": latency, "output_tok_s": completion / latency, "total_tok_s": (prompt + completion) / latency,
-            "cache_hit_rate": cached / prompt, "requests": len(out)}
+            "cache_hit_rate": cached / prompt, "requests": len(out), "gpu_busy_fraction": timer.busy_seconds() / latency,
+            "by_kind": timer.by_kind(), "max_running_requests": sched.max_running_requests,
+            "kv_pool_tokens": sched.max_total_num_tokens}
 
 
 def main(argv=None) -> dict:
@@ -70,7 +76,9 @@ def main(argv=None) -> dict:
         ("radix on: cache hit rate", on["cache_hit_rate"]),
         ("radix off: output tok/s", off["output_tok_s"]), ("radix off: total tok/s", off["total_tok_s"]),
         ("radix off: cache hit rate", off["cache_hit_rate"]), ("speed-up (on / off)", result["speedup"]),
-    ])
+    ] + [(f"radix {label}: {kind} batches (reqs, tokens, device ms each)",
+          f"{k['batches']} ({k['requests']}, {k['tokens'] / k['batches']:.0f}, {k['device_ms']:.2f})")
+         for label, r in (("on", on), ("off", off)) for kind, k in sorted(r["by_kind"].items())])
     return result
 
 
