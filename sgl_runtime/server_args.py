@@ -41,7 +41,9 @@ class ServerArgs:
     # Memory and scheduling
     mem_fraction_static: float = _arg(0.85, "Fraction of device memory for weights plus KV pool (GPU).")
     max_total_tokens: Optional[int] = _arg(None, "KV pool size in tokens (overrides --mem-fraction-static).")
-    max_running_requests: Optional[int] = _arg(None, "Maximum requests in the running batch.")
+    max_running_requests: Optional[int] = _arg(
+        None, "Maximum requests in the running batch (default: 512 on CUDA, 64 on CPU, at most half the KV "
+        "pool's tokens).")
     chunked_prefill_size: int = _arg(8192, "Longest prefill chunk in tokens; -1 disables chunking.")
     max_prefill_tokens: int = _arg(16384, "Token budget of one prefill batch.")
     schedule_policy: str = _arg("lpm", "Order of waiting requests.", SCHEDULE_POLICIES)

@@ -19,7 +19,10 @@ logger = logging.getLogger(__name__)
 # CPU defaults: the KV pool may use this share of the free RAM, up to this many tokens.
 CPU_KV_RAM_FRACTION = 0.2
 CPU_DEFAULT_MAX_TOKENS = 65536
-DEFAULT_MAX_RUNNING_REQUESTS = {"cpu": 64, "cuda": 256}
+# The CUDA default matches the decode graphs' ladder (batch_size_ladder goes to twice
+# cuda_graph_max_bs): past 256 the KV pool usually binds first, except where requests share
+# prefixes in the radix cache, which is where larger batches pay (benchmarks/shared_prefix.py).
+DEFAULT_MAX_RUNNING_REQUESTS = {"cpu": 64, "cuda": 512}
 
 
 class ModelRunner:
