@@ -31,6 +31,9 @@ class NewTokenRatio:
 
     def __init__(self, conservativeness: float) -> None:
         self.init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+        # Requests that surely decode max_new_tokens (runs_to_length) need no estimate: they reserve
+        # all of it, unless a conservativeness below 1 asks for over-admission.
+        self.certain = min(conservativeness, 1.0)
         self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
         self.decay_step = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.value = self.init
@@ -47,10 +50,20 @@ class NewTokenRatio:
         self.value = min(1.0, max(self.value, (decoded + RETRACT_DECODE_STEPS * len(running)) / budget))
 
 
-def reserved_tokens(req: Req, ratio: float) -> float:
-    """KV tokens a running request is expected to still need."""
+def reserved_tokens(req: Req, ratio: float, certain_ratio: float = 1.0) -> float:
+    """KV tokens a running request is expected to still need: its remaining output times the
+    decaying ratio, or times certain_ratio (NewTokenRatio.certain) when nothing can stop it early."""
     remaining = max(req.max_new_tokens - len(req.output_ids), 0)
-    return min(remaining, CLIP_MAX_NEW_TOKENS) * ratio
+    return min(remaining, CLIP_MAX_NEW_TOKENS) * (certain_ratio if runs_to_length(req) else ratio)
+
+
+def runs_to_length(req: Req) -> bool:
+    """Whether the request surely decodes max_new_tokens: EOS ignored, no stop strings or stop ids,
+    no constraint (which ends at its accepting state). Reserving less for such requests only
+    admits others that are retracted later, their prefill wasted."""
+    params = req.sampling_params
+    return bool(params.ignore_eos and not params.stop and not params.stop_token_ids
+                and params.constraint is None and req.matcher is None)
 
 
 class AddResult(enum.Enum):
@@ -72,11 +85,12 @@ class PrefillAdder:
         new_token_ratio: float,
         max_prefill_tokens: int,
         chunk_size: Optional[int],
+        certain_ratio: float = 1.0,
     ) -> None:
         self.tree_cache = tree_cache
         self.rem_total_tokens = (
             token_to_kv_pool.available_size() + tree_cache.evictable_size()
-            - sum(reserved_tokens(r, new_token_ratio) for r in running)
+            - sum(reserved_tokens(r, new_token_ratio, certain_ratio) for r in running)
         )
         self.rem_input_tokens = max_prefill_tokens
         self.rem_chunk_tokens = chunk_size

@@ -204,7 +204,7 @@ class Scheduler(OverlapMixin):
             return None
         self.policy.calc_priority(self.waiting)
         adder = PrefillAdder(self.tree_cache, self.token_to_kv_pool, self.running, self.new_token_ratio.value,
-                             self.server_args.max_prefill_tokens, self.chunk_size)
+                             self.server_args.max_prefill_tokens, self.chunk_size, self.new_token_ratio.certain)
         if self.chunked_req is not None:
             adder.add_chunked_req(self.chunked_req)
         if adder.new_chunked_req is None:
