@@ -147,7 +147,7 @@ class ForwardHarness:
             extend_prefix_lens=t(prefix), extend_seq_lens=t(extend), extend_start_loc=t(starts),
             out_cache_loc=out_cache_loc, seq_lens_cpu=[p + e for p, e in zip(prefix, extend)],
             extend_prefix_lens_cpu=prefix, extend_seq_lens_cpu=extend, logits_indices=t(logits_indices),
-            attn_backend=self.backend, req_to_token=self.req_pool.req_to_token,
+            logits_indices_cpu=logits_indices, attn_backend=self.backend, req_to_token=self.req_pool.req_to_token,
         )
 
 
