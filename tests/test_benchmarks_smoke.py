@@ -37,6 +37,9 @@ def test_shared_prefix_tiny():
     assert result["radix_off"]["cache_hit_rate"] == 0.0
     assert result["radix_on"]["cache_hit_rate"] > 0.5  # the system prompts are shared within each group
     assert result["radix_on"]["requests"] == result["radix_off"]["requests"] == 6
+    for mode in ("radix_on", "radix_off"):  # the batches behind the figures: prefill extends, then decode steps
+        kinds = result[mode]["by_kind"]
+        assert kinds["extend"]["batches"] >= 1 and kinds["decode"]["batches"] >= 1
 
 
 @pytest.mark.slow
@@ -51,7 +54,19 @@ def test_json_decode_tiny():
     mixed = result["constrained_jump_forward_mixed"]
     assert mixed["valid_json"] == mixed["requests"] and mixed["forwards"] <= on["forwards"]
     assert result["constrained_vs_same_lengths_tok_s"] > 0
+    assert result["unconstrained_jump_forward_lengths"]["tokens_per_req"] == on["tokens_per_req"]
+    assert result["jump_forward_time_vs_same_tokens"] > 0
+    assert on["batch1"]["requests"] == 1 and on["batch1"]["chars_s"] > 0  # the one-at-a-time section
+    assert result["batch1_jump_forward_chars_vs_free"] > 0
 
+
+def test_profile_json_tiny():
+    """The JSON profiler splits a run into device time and host phases."""
+    result = _run("profile_json.py")
+    assert result["benchmark"] == "profile_json" and result["output_tokens"] > 0
+    assert result["wall_s"] >= result["device_s"] > 0
+    phases = result["host_ms_per_forward"]
+    assert phases["scheduler step (total)"] > 0 and phases["prepare batch (slots, index tensors)"] > 0
 
 
 def test_profile_decode_tiny():
