@@ -2,8 +2,8 @@
 
 JSON decoding through sgl_runtime.Engine on dummy weights: the same prompts generated
 unconstrained (128 tokens, ignore_eos) and constrained by a JSON Schema with fixed keys, with
-jump-forward on (forced text in extends of its own, or mixed into one extend with the decoding
-requests) and off, and unconstrained again with each request given exactly the number of
+jump-forward on (forced text in extends of its own, mixed into one extend with the decoding
+requests, or brought into overlapped steps one step late) and off, and unconstrained again with each request given exactly the number of
 tokens its constrained (jump-forward off) run produced, which separates the constraint's cost
 from the shape of the workload (each run in its own process). Reports output tok/s, characters/s and
 forward passes per request, on a second pass of fresh prompts (the first pass, which pays each
@@ -52,18 +52,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, lengths: list[int] | None = None,
-             mixed: bool = False) -> dict:
+             mixed: bool = False, overlapped: bool = False) -> dict:
     """Two passes over different prompts of the same size: `cold` pays each schema state's first mask
     and the kernel compiles of new extend shapes inside the timing; the second (the headline figures)
     runs with them paid, as a server does once a schema has been in use. `lengths` (unconstrained only)
     gives request i exactly lengths[i] new tokens instead of free_tokens. `mixed` runs requests holding
     forced tokens in one extend with the decoding ones (Scheduler.defer_jump_forward off) instead of
-    in extends of their own between graph-replayed decode steps."""
+    in extends of their own between graph-replayed decode steps. `overlapped` lets constrained
+    requests with jump-forward run in overlapped steps (Scheduler.overlap_jump_forward)."""
     from sgl_runtime.engine import Engine
 
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=not jump_forward))
     engine.scheduler.defer_jump_forward = not mixed
+    engine.scheduler.overlap_jump_forward = overlapped
     timer = ForwardTimer(engine)
     if constrained:
         params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
@@ -80,7 +82,7 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, length
     result = _timed_pass(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(args.num_requests)],
                          params, constrained, timer)
     result["cold"] = {key: cold[key] for key in ("seconds", "output_tok_s", "chars_s")}
-    if lengths is None and not mixed and args.latency_requests:
+    if lengths is None and not mixed and not overlapped and args.latency_requests:
         result["batch1"] = _one_at_a_time(engine, [random_ids(rng, args.prompt_len, vocab)
                                                    for _ in range(args.latency_requests)], params[0])
     return result
@@ -134,14 +136,16 @@ def main(argv=None) -> dict:
     free = run_isolated(run_mode, isolate, args, model_dir, False, True)
     jf_on = run_isolated(run_mode, isolate, args, model_dir, True, True)
     jf_mixed = run_isolated(run_mode, isolate, args, model_dir, True, True, None, True)
+    jf_overlapped = run_isolated(run_mode, isolate, args, model_dir, True, True, None, False, True)
     jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
     matched = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_off["lengths"])
     matched_jf = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_on["lengths"])
-    for mode in (free, jf_on, jf_mixed, jf_off, matched, matched_jf):
+    for mode in (free, jf_on, jf_mixed, jf_overlapped, jf_off, matched, matched_jf):
         mode.pop("lengths")
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
               "unconstrained": free, "constrained_jump_forward": jf_on, "constrained_no_jump_forward": jf_off,
-              "constrained_jump_forward_mixed": jf_mixed, "unconstrained_same_lengths": matched,
+              "constrained_jump_forward_mixed": jf_mixed, "constrained_jump_forward_overlapped": jf_overlapped,
+              "unconstrained_same_lengths": matched,
               "unconstrained_jump_forward_lengths": matched_jf,
               "constrained_vs_free_tok_s": jf_off["output_tok_s"] / free["output_tok_s"],
               "constrained_vs_same_lengths_tok_s": jf_off["output_tok_s"] / matched["output_tok_s"],
@@ -152,6 +156,7 @@ def main(argv=None) -> dict:
         result["batch1_constrained_vs_free_tok_s"] = jf_off["batch1"]["output_tok_s"] / free["batch1"]["output_tok_s"]
     rows = []
     for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, jump-forward mixed", jf_mixed),
+                     ("json, jump-forward overlapped", jf_overlapped),
                      ("json, no jump-forward", jf_off), ("unconstrained, json lengths", matched),
                      ("unconstrained, jump-forward lengths", matched_jf)):
         rows += [(f"{label}: output tok/s", r["output_tok_s"]), (f"{label}: chars/s", r["chars_s"]),
@@ -160,13 +165,15 @@ def main(argv=None) -> dict:
         rows += [(f"{label}: {kind} batches (reqs, tokens, device ms each)",
                   f"{k['batches']} ({k['requests']}, {k['tokens'] / k['batches']:.0f}, {k['device_ms']:.2f})")
                  for kind, k in sorted(r["by_kind"].items())]
-    rows += [("valid JSON (jf on / mixed / off)",
-              f"{jf_on['valid_json']}/{jf_mixed['valid_json']}/{jf_off['valid_json']} of {jf_on['requests']}"),
+    rows += [("valid JSON (jf on / mixed / overlapped / off)",
+              f"{jf_on['valid_json']}/{jf_mixed['valid_json']}/{jf_overlapped['valid_json']}/{jf_off['valid_json']}"
+              f" of {jf_on['requests']}"),
              ("constrained/free tok/s", result["constrained_vs_free_tok_s"]),
              ("constrained/free tok/s, same lengths", result["constrained_vs_same_lengths_tok_s"]),
              ("jump-forward chars/s vs free", result["jump_forward_chars_vs_free"]),
              ("jump-forward mixed chars/s vs free", jf_mixed["chars_s"] / free["chars_s"]),
-             ("free time for jump-forward's token counts / jump-forward time", result["jump_forward_time_vs_same_tokens"])]
+             ("free time for jump-forward's token counts / jump-forward time", result["jump_forward_time_vs_same_tokens"]),
+             ("same, jump-forward overlapped", matched_jf["seconds"] / jf_overlapped["seconds"])]
     if "batch1" in free:
         for label, r in (("unconstrained", free), ("json, jump-forward", jf_on), ("json, no jump-forward", jf_off)):
             b1 = r["batch1"]

@@ -6,7 +6,7 @@ Steps that are not overlapped leave the GPU idle while the host reads the sample
 appends them (jump-forward included), schedules and prepares the next batch: the report shows
 how the wall time splits into device time and that idle host time, and what the host did.
 
-Usage (GPU, from benchmarks/):  python3 profile_json.py [--mode jump-forward|mixed|no-jump-forward|free]
+Usage (GPU, from benchmarks/):  python3 profile_json.py [--mode jump-forward|mixed|overlapped|no-jump-forward|free]
 CPU smoke run:                  python benchmarks/profile_json.py --tiny
 """
 
@@ -23,7 +23,7 @@ from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environme
                          vocab_size_of)
 from json_decode import SCHEMA
 
-MODES = ("jump-forward", "mixed", "no-jump-forward", "free")
+MODES = ("jump-forward", "mixed", "overlapped", "no-jump-forward", "free")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,6 +74,7 @@ def profile(args: argparse.Namespace) -> dict:
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=args.mode == "no-jump-forward"))
     engine.scheduler.defer_jump_forward = args.mode != "mixed"
+    engine.scheduler.overlap_jump_forward = args.mode == "overlapped"
     if args.mode == "free":
         params = {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0}
     else:
@@ -95,6 +96,7 @@ def profile(args: argparse.Namespace) -> dict:
     timers.wrap(Sampler, "__call__", "sampler launch (masks, penalties)")
     timers.wrap(scheduler_module, "process_batch_logits", "logits -> tokens (sample, wait, append)")
     timers.wrap(batch_result, "jump_forward_", "append forced tokens")
+    timers.wrap(overlap, "jump_forward_", "append forced tokens")  # the overlapped read-back's own import
     timers.wrap(overlap.InflightDecode, "token_ids", "overlap: wait for ids")
     forward_timer = ForwardTimer(engine)  # wraps model_runner.forward (device time per forward)
     timers.wrap(sched.model_runner, "forward", "forward launch (host)")

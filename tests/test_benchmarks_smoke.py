@@ -58,6 +58,9 @@ def test_json_decode_tiny():
     assert result["jump_forward_time_vs_same_tokens"] > 0
     assert on["batch1"]["requests"] == 1 and on["batch1"]["chars_s"] > 0  # the one-at-a-time section
     assert result["batch1_jump_forward_chars_vs_free"] > 0
+    overlapped = result["constrained_jump_forward_overlapped"]  # same outputs as step by step, so same passes
+    assert overlapped["valid_json"] == overlapped["requests"]
+    assert overlapped["forward_passes_per_req"] == on["forward_passes_per_req"]
 
 
 def test_profile_json_tiny():

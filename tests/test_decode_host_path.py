@@ -136,3 +136,14 @@ def test_sampling_without_top_p_never_syncs_the_stream():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert tokens.shape == (3,) and int(tokens[2]) != 5 and all(0 <= t < 1000 for t in tokens.tolist())
+
+
+def test_ids_between_slices_prompt_and_output_without_building_fill_ids():
+    from sgl_runtime.managers.req import Req
+    from sgl_runtime.sampling_params import SamplingParams
+
+    req = Req("r", [1, 2, 3, 4], SamplingParams(max_new_tokens=8))
+    req.output_ids = [5, 6, 7]
+    for start in range(8):
+        for end in range(start, 8):
+            assert req.ids_between(start, end) == req.fill_ids[start:end], (start, end)

@@ -174,3 +174,39 @@ def test_constraints_penalties_and_min_new_tokens_overlap_when_jump_forward_is_o
     assert engines[0].scheduler.metrics.overlapped_steps >= 8
     for engine in engines:
         _check_idle_state(engine)
+
+
+def test_jump_forward_in_overlapped_steps_matches_step_by_step(path, monkeypatch):
+    """With Scheduler.overlap_jump_forward, forced text joins the chain one step after the token
+    that forced it (a mixed step: device ids for some requests, forced tokens for others), and
+    outputs, finish reasons and forward-pass counts stay those of step-by-step jump-forward."""
+    from sgl_runtime.managers import overlap
+
+    mixed_steps = []
+    launch = overlap.launch_forward
+
+    def recording(batch, runner, next_input_ids=None, on_device=None):
+        if next_input_ids is not None and on_device is not None and not all(on_device):
+            mixed_steps.append(sum(not d for d in on_device))
+        return launch(batch, runner, next_input_ids, on_device)
+
+    monkeypatch.setattr(overlap, "launch_forward", recording)
+    on = Engine(path, device="cpu", max_total_tokens=4096)
+    on.scheduler.overlap_jump_forward = True
+    off = Engine(path, device="cpu", max_total_tokens=4096, disable_overlap_schedule=True)
+    schema = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "level": {"enum": '
+              '["junior", "senior"]}, "ok": {"type": "boolean"}}, "required": ["name", "level", "ok"], '
+              '"additionalProperties": false}')
+    prompts = random_prompts([6, 9, 4, 12, 3, 7, 5], seed=9, vocab=4000)
+    params = [{"max_new_tokens": 40, "json_schema": schema, "temperature": 0},
+              {"max_new_tokens": 40, "json_schema": schema, "temperature": 1.0, "seed": 5},
+              {"max_new_tokens": 16, "regex": "(alpha|beta)-[0-9]{2}-(gamma|delta)", "temperature": 0},
+              {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True},
+              {"max_new_tokens": 9, "json_schema": schema, "temperature": 0},  # cut by its budget
+              {"max_new_tokens": 20, "temperature": 1.0, "seed": 2, "ignore_eos": True, "frequency_penalty": 0.7},
+              {"max_new_tokens": 30, "regex": r'\{"id": [0-9]{1,3}, "tag": "(x|y)"\}', "temperature": 1.0, "seed": 8}]
+    got, expected = (e.generate(input_ids=prompts, sampling_params=params) for e in (on, off))
+    assert [_strip(r) for r in got] == [_strip(r) for r in expected]
+    assert mixed_steps, "no step mixed device ids with forced tokens"
+    assert on.scheduler.metrics.overlapped_steps >= 10
+    _check_idle_state(on)

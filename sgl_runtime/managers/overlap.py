@@ -12,8 +12,13 @@ The host work of 2 and 3 runs while the GPU computes the forward of step N+1.
 
 A request that finishes on step N is already in step N+1: that step's KV slot holds the
 finished sequence's last token (kept, cached or freed with the rest of the request) and its
-row is not sampled. Requests that need the host between forward and sampling (logprobs) or
-whose next input is not one token (jump-forward over forced constraint text) run step by step.
+row is not sampled. Requests that need the host between forward and sampling (logprobs) run
+step by step. So do constrained requests while jump-forward is on, unless
+Scheduler.overlap_jump_forward is set: then a request whose token N forces text (read back
+in step 2) is not sampled in step N+1 (whose row computed token N's KV), and step N+2 extends
+it by the forced tokens, from the host, beside the other requests' device ids: a flattened
+mixed extend, which the decode CUDA graphs serve. Each forced span costs one step of latency
+and no host-device round trip.
 """
 
 from __future__ import annotations
@@ -24,21 +29,24 @@ from typing import Optional
 import torch
 
 from sgl_runtime.host_to_device import to_device
+from sgl_runtime.managers.batch_result import jump_forward_
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.schedule_batch import ScheduleBatch
 
 
-def overlappable(req: Req, jump_forward: bool) -> bool:
-    """Whether the request can decode in overlapped steps: it wants no logprobs (computed from the
-    logits on the host) and, with jump-forward on, has no constraint (whose forced text would make
-    its next step a multi-token extend)."""
-    return not req.return_logprob and (req.matcher is None or not jump_forward)
+def overlappable(req: Req, jump_forward: bool, overlap_forced: bool = False) -> bool:
+    """Whether the request can run in overlapped steps: it wants no logprobs (computed from the
+    logits on the host) and, with jump-forward on, has no constraint (whose forced text makes its
+    next step a multi-token extend) unless overlap_forced lets forced text join the chain."""
+    return not req.return_logprob and (req.matcher is None or not jump_forward or overlap_forced)
 
 
-def launch_forward(batch: ScheduleBatch, model_runner, next_input_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Launch a decode batch's forward without waiting for it; returns its logits [B, V]."""
-    forward_batch = batch.prepare(next_input_ids)
-    assert forward_batch.forward_mode.is_decode() and batch.plain_decode, "only plain decode steps overlap"
+def launch_forward(batch: ScheduleBatch, model_runner, next_input_ids: Optional[torch.Tensor] = None,
+                   on_device: Optional[list[bool]] = None) -> torch.Tensor:
+    """Launch a step's forward without waiting for it; returns its logits [B, V], one row per request
+    (its last new token). See ScheduleBatch.prepare for next_input_ids and on_device."""
+    forward_batch = batch.prepare(next_input_ids, on_device)
+    assert batch.plain_decode and len(forward_batch.logits_indices_cpu) == len(batch), "one sampling row per request"
     logits = model_runner.forward(forward_batch)
     batch.commit_forward(count_passes=False)  # a pass counts once its token is used (InflightDecode's reader)
     return logits
@@ -56,8 +64,9 @@ class InflightDecode:
 
     @classmethod
     def sample(cls, batch: ScheduleBatch, logits: torch.Tensor, sampler) -> Optional["InflightDecode"]:
-        """Sample the rows of the batch's unfinished requests and start copying the ids to the host."""
-        rows = [i for i, r in enumerate(batch.reqs) if not r.finished]
+        """Sample the rows of the batch's requests that are unfinished and hold no forced tokens yet
+        to compute, and start copying the ids to the host."""
+        rows = [i for i, r in enumerate(batch.reqs) if not r.finished and r.seq_len == r.kv_len]
         if not rows:
             return None
         reqs = [batch.reqs[i] for i in rows]
@@ -93,19 +102,22 @@ class OverlapMixin:
     inflight: Optional[InflightDecode]
 
     def _advance_inflight(self) -> bool:
-        """Launch the decode step after the in-flight one when nothing else needs scheduling, read
-        the in-flight step's tokens, then sample the new step (see managers/overlap.py). Returns
+        """Launch the step after the in-flight one when nothing else needs scheduling, read the
+        in-flight step's tokens, then sample the new step (see managers/overlap.py). Returns
         whether a step was launched (else the caller schedules afresh from exact host state)."""
         previous, self.inflight = self.inflight, None
-        keep = [i for i, r in enumerate(previous.reqs) if not r.finished]  # aborted since: dropped
-        live = [previous.reqs[i] for i in keep]
+        sampled = {id(r): i for i, r in enumerate(previous.reqs)}
+        live = [r for r in previous.batch.reqs if not r.finished]  # aborted since: dropped
         batch = logits = None
-        if self._can_chain(live):
-            for req in live:
-                req.extend_input_len = 1
+        if self._can_chain(live, sampled):
+            on_device = [id(r) in sampled for r in live]
+            for req, device in zip(live, on_device):  # the others extend by their forced tokens
+                req.extend_input_len = 1 if device else req.seq_len - req.kv_len
+            keep = [sampled[id(r)] for r in live if id(r) in sampled]
             batch = self._batch(live)
             try:
-                logits = launch_forward(batch, self.model_runner, previous.next_input_ids(keep))
+                logits = launch_forward(batch, self.model_runner, previous.next_input_ids(keep) if keep else None,
+                                        None if all(on_device) else on_device)
             except Exception as error:  # noqa: BLE001
                 self._fail_batch(batch, error)
                 batch = None
@@ -125,28 +137,37 @@ class OverlapMixin:
         return True
 
     def _overlappable(self, reqs: list[Req]) -> bool:
-        return all(overlappable(r, self.jump_forward) for r in reqs)
+        return all(overlappable(r, self.jump_forward, self.overlap_jump_forward) for r in reqs)
 
-    def _can_chain(self, live: list[Req]) -> bool:
-        """The next step is the same decode for the same requests: nobody new to admit, every
-        running request in it, and room for one KV slot each without retracting."""
+    def _can_chain(self, live: list[Req], sampled: dict[int, int]) -> bool:
+        """The next step serves the same requests: nobody new to admit, every running request in
+        it, each either decoding its sampled token (in `sampled`) or extending by forced tokens
+        it holds, and room for their KV slots without retracting."""
         if not live or len(live) != len(self.running) or self.chunked_req is not None:
             return False
         if self.waiting and len(self.running) < self.max_running_requests:
             return False  # a prefill may be admitted: schedule from host state
         if not self._overlappable(live):
             return False
-        return len(live) <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
+        forced = [r.seq_len - r.kv_len for r in live if id(r) not in sampled]
+        if any(n <= 0 for n in forced):
+            return False  # unsampled yet nothing to compute (cannot happen; schedule afresh if it does)
+        need = len(live) - len(forced) + sum(forced)
+        return need <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
 
     def _read_back(self, step: InflightDecode) -> None:
-        """Append the step's tokens; requests finished since it was launched drop theirs."""
+        """Append the step's tokens (and the text they force, with jump-forward on); requests
+        finished since it was launched drop theirs."""
         added = 0
         for req, token_id in zip(step.reqs, step.token_ids()):
             if req.finished:
                 continue
+            before = len(req.output_ids)
             req.forward_passes += 1
             req.append_token(token_id)
-            added += 1
+            if self.jump_forward and not req.finished:
+                jump_forward_(req)
+            added += len(req.output_ids) - before
             if req.finished:
                 self._finish(req)
         self.metrics.on_tokens(added)

@@ -109,6 +109,15 @@ class Req:
         prompt_len = len(self.origin_input_ids)
         return self.origin_input_ids[pos] if pos < prompt_len else self.output_ids[pos - prompt_len]
 
+    def ids_between(self, start: int, end: int) -> list[int]:
+        """fill_ids[start:end] without building fill_ids (a copy of the whole sequence)."""
+        prompt_len = len(self.origin_input_ids)
+        if start >= prompt_len:
+            return self.output_ids[start - prompt_len : end - prompt_len]
+        if end <= prompt_len:
+            return self.origin_input_ids[start:end]
+        return self.origin_input_ids[start:] + self.output_ids[: end - prompt_len]
+
     @property
     def finished(self) -> bool:
         return self.finished_reason is not None

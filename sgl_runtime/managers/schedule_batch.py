@@ -98,12 +98,16 @@ class ScheduleBatch:
             req.kv_len = req.cache_protected_len = prefix_len
 
     # ------------------------------------------------------------------ building
-    def prepare(self, next_input_ids: Optional[torch.Tensor] = None) -> ForwardBatch:
+    def prepare(self, next_input_ids: Optional[torch.Tensor] = None,
+                on_device: Optional[list[bool]] = None) -> ForwardBatch:
         """Allocate slots for every request's new tokens and describe the forward.
 
-        `next_input_ids` ([B] int64 on the device) makes this the decode step after one whose
-        sampled tokens are still on the device (overlap scheduling): each request decodes the
-        token at position kv_len, which its host-side output_ids do not hold yet.
+        `next_input_ids` (int64 on the device) makes this a step after one whose sampled tokens
+        are still on the device (overlap scheduling): a request decodes the token at position
+        kv_len, which its host-side output_ids do not hold yet. Without `on_device` every request
+        does ([B] ids); with it, the requests marked True do (one id each, in batch order) and
+        the others extend by tokens their output_ids hold (forced jump-forward text). Either way
+        each request samples its last new row.
 
         Every index tensor the forward needs travels in one (pinned on CUDA) staging buffer and one
         non-blocking copy: a plain torch.tensor(list, device="cuda") would sync the stream each time."""
@@ -114,16 +118,23 @@ class ScheduleBatch:
         total = sum(ext_lens)
         bs = len(reqs)
         one_each = total == bs
-        assert next_input_ids is None or (one_each and len(next_input_ids) == bs), "a chained step decodes one token each"
+        if on_device is None and next_input_ids is not None:
+            on_device = [True] * bs
+        chained = on_device is not None
+        assert not chained or all(n == 1 for n, d in zip(ext_lens, on_device) if d), "a device input is one token"
+        assert next_input_ids is None or len(next_input_ids) == sum(on_device), "one device id per device input"
         out_cache_loc = self.out_cache_loc = alloc_token_slots(total, self.token_to_kv_pool, self.tree_cache)
         prefix_lens = [r.kv_len for r in reqs]
-        if next_input_ids is not None:
-            self._decode_layout()
+        if chained:
+            self._decode_layout()  # one sampling row per request: its last new token
+            self._row_offsets = [(n - 1, 1) for n in ext_lens]
         else:
             self._build_layout(prefix_lens, ext_lens, one_each)
         is_decode = one_each and self.layout.row_end[-1] == bs  # one logits row per request
-        if one_each:
-            ids = [] if next_input_ids is not None else [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
+        if chained:
+            ids, positions, seq_lens, starts = self._chained_columns(prefix_lens, ext_lens, on_device)
+        elif one_each:
+            ids = [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
             positions = prefix_lens
             seq_lens = [p + 1 for p in prefix_lens]
             starts = list(range(bs))
@@ -131,11 +142,15 @@ class ScheduleBatch:
             ids, positions, seq_lens, starts = self._extend_columns(prefix_lens, ext_lens)
         rows = [r.req_pool_idx for r in reqs]
         logits_rows = starts if is_decode else self._logits_indices(starts)
-        (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t) = self._to_device(
-            [ids, positions, rows, seq_lens, prefix_lens, ext_lens, starts, logits_rows]
+        all_device = chained and all(on_device)
+        device_at = [start for start, d in zip(starts, on_device) if d] if chained and not all_device else []
+        (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t, device_at_t) = self._to_device(
+            [[] if all_device else ids, positions, rows, seq_lens, prefix_lens, ext_lens, starts, logits_rows, device_at]
         )
-        if next_input_ids is not None:
-            input_ids = next_input_ids
+        if all_device:
+            input_ids = next_input_ids  # one device id per request, in row order
+        elif device_at:
+            input_ids.index_copy_(0, device_at_t, next_input_ids)
         self._write_table(out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each)
         return ForwardBatch(
             forward_mode=ForwardMode.DECODE if is_decode else ForwardMode.EXTEND,
@@ -156,12 +171,16 @@ class ScheduleBatch:
         )
 
     def _extend_columns(self, prefix_lens: list[int], ext_lens: list[int]):
+        return self._chained_columns(prefix_lens, ext_lens, [False] * len(self.reqs))
+
+    def _chained_columns(self, prefix_lens: list[int], ext_lens: list[int], on_device: list[bool]):
+        """(ids, positions, seq_lens, starts); a device input's id is a placeholder 0 here."""
         ids: list[int] = []
         positions: list[int] = []
         starts: list[int] = []
-        for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
+        for req, start, n, device in zip(self.reqs, prefix_lens, ext_lens, on_device):
             starts.append(len(ids))
-            ids.extend(req.fill_ids[start : start + n])
+            ids.extend([0] if device else req.ids_between(start, start + n))
             positions.extend(range(start, start + n))
         seq_lens = [p + n for p, n in zip(prefix_lens, ext_lens)]
         return ids, positions, seq_lens, starts

@@ -70,6 +70,9 @@ class Scheduler(OverlapMixin):
         self._forced_wait = 0  # decode steps that left jump-forward requests waiting
         self.overlap = not server_args.disable_overlap_schedule
         self.jump_forward = not server_args.disable_jump_forward
+        # Constrained requests with jump-forward in overlapped steps too (managers/overlap.py); off
+        # until measured on a GPU against running them step by step.
+        self.overlap_jump_forward = False
         self.inflight: Optional[InflightDecode] = None  # a launched decode step not yet read back
 
     # ================================================================== public API
@@ -297,9 +300,10 @@ class Scheduler(OverlapMixin):
 
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
-        if self.overlap and not batch.is_prefill and all(r.extend_input_len == 1 for r in batch.reqs) \
+        forced = any(r.extend_input_len > 1 for r in batch.reqs)
+        if self.overlap and not batch.is_prefill and (not forced or self.overlap_jump_forward) \
                 and self._overlappable(batch.reqs):
-            logits = launch_forward(batch, self.model_runner)
+            logits = launch_forward(batch, self.model_runner, None, [False] * len(batch) if forced else None)
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
             self._on_decode_launch(batch)
             return
