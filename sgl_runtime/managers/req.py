@@ -105,10 +105,6 @@ class Req:
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
 
-    def token_at(self, pos: int) -> int:
-        prompt_len = len(self.origin_input_ids)
-        return self.origin_input_ids[pos] if pos < prompt_len else self.output_ids[pos - prompt_len]
-
     def ids_between(self, start: int, end: int) -> list[int]:
         """fill_ids[start:end] without building fill_ids (a copy of the whole sequence)."""
         prompt_len = len(self.origin_input_ids)

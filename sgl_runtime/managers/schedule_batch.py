@@ -131,15 +131,7 @@ class ScheduleBatch:
         else:
             self._build_layout(prefix_lens, ext_lens, one_each)
         is_decode = one_each and self.layout.row_end[-1] == bs  # one logits row per request
-        if chained:
-            ids, positions, seq_lens, starts = self._chained_columns(prefix_lens, ext_lens, on_device)
-        elif one_each:
-            ids = [r.token_at(p) for r, p in zip(reqs, prefix_lens)]
-            positions = prefix_lens
-            seq_lens = [p + 1 for p in prefix_lens]
-            starts = list(range(bs))
-        else:
-            ids, positions, seq_lens, starts = self._extend_columns(prefix_lens, ext_lens)
+        ids, positions, seq_lens, starts = self._columns(prefix_lens, ext_lens, on_device or [False] * bs)
         rows = [r.req_pool_idx for r in reqs]
         logits_rows = starts if is_decode else self._logits_indices(starts)
         all_device = chained and all(on_device)
@@ -170,11 +162,8 @@ class ScheduleBatch:
             logits_indices_cpu=logits_rows,
         )
 
-    def _extend_columns(self, prefix_lens: list[int], ext_lens: list[int]):
-        return self._chained_columns(prefix_lens, ext_lens, [False] * len(self.reqs))
-
-    def _chained_columns(self, prefix_lens: list[int], ext_lens: list[int], on_device: list[bool]):
-        """(ids, positions, seq_lens, starts); a device input's id is a placeholder 0 here."""
+    def _columns(self, prefix_lens: list[int], ext_lens: list[int], on_device: list[bool]):
+        """(ids, positions, seq_lens, starts) of the new tokens; a device input's id is a placeholder 0."""
         ids: list[int] = []
         positions: list[int] = []
         starts: list[int] = []
