@@ -145,13 +145,13 @@ def timed_generate(engine, input_ids: list[list[int]], params: list[dict], timer
     return (out if isinstance(out, list) else [out]), time.perf_counter() - start
 
 
-def run_isolated(fn: Callable[..., dict], isolate: bool, *args: Any) -> dict:
-    """fn(*args) in a fresh spawned process (so each engine gets the whole GPU), or in-process."""
+def run_isolated(fn: Callable[..., dict], isolate: bool, *args: Any, **kwargs: Any) -> dict:
+    """fn(*args, **kwargs) in a fresh spawned process (so each engine gets the whole GPU), or in-process."""
     if not isolate:
-        return fn(*args)
+        return fn(*args, **kwargs)
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(fn, *args).result()
+        return pool.submit(fn, *args, **kwargs).result()
 
 
 def environment() -> dict:

@@ -133,13 +133,16 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     model_dir = make_model_dir(args.model_config, args.tiny)
     isolate = not args.tiny
-    free = run_isolated(run_mode, isolate, args, model_dir, False, True)
-    jf_on = run_isolated(run_mode, isolate, args, model_dir, True, True)
-    jf_mixed = run_isolated(run_mode, isolate, args, model_dir, True, True, None, True)
-    jf_overlapped = run_isolated(run_mode, isolate, args, model_dir, True, True, None, False, True)
-    jf_off = run_isolated(run_mode, isolate, args, model_dir, True, False)
-    matched = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_off["lengths"])
-    matched_jf = run_isolated(run_mode, isolate, args, model_dir, False, True, jf_on["lengths"])
+    free = run_isolated(run_mode, isolate, args, model_dir, constrained=False, jump_forward=True)
+    jf_on = run_isolated(run_mode, isolate, args, model_dir, constrained=True, jump_forward=True)
+    jf_mixed = run_isolated(run_mode, isolate, args, model_dir, constrained=True, jump_forward=True, mixed=True)
+    jf_overlapped = run_isolated(run_mode, isolate, args, model_dir, constrained=True, jump_forward=True,
+                                 overlapped=True)
+    jf_off = run_isolated(run_mode, isolate, args, model_dir, constrained=True, jump_forward=False)
+    matched = run_isolated(run_mode, isolate, args, model_dir, constrained=False, jump_forward=True,
+                           lengths=jf_off["lengths"])
+    matched_jf = run_isolated(run_mode, isolate, args, model_dir, constrained=False, jump_forward=True,
+                              lengths=jf_on["lengths"])
     for mode in (free, jf_on, jf_mixed, jf_overlapped, jf_off, matched, matched_jf):
         mode.pop("lengths")
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
