@@ -96,7 +96,6 @@ def profile(args: argparse.Namespace) -> dict:
     timers.wrap(Sampler, "__call__", "sampler launch (masks, penalties)")
     timers.wrap(scheduler_module, "process_batch_logits", "logits -> tokens (sample, wait, append)")
     timers.wrap(batch_result, "jump_forward_", "append forced tokens")
-    timers.wrap(overlap, "jump_forward_", "append forced tokens")  # the overlapped read-back's own import
     timers.wrap(overlap.InflightDecode, "token_ids", "overlap: wait for ids")
     forward_timer = ForwardTimer(engine)  # wraps model_runner.forward (device time per forward)
     timers.wrap(sched.model_runner, "forward", "forward launch (host)")

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from sgl_runtime.host_to_device import to_device
 from sgl_runtime.io_struct import ReqTokenOutput
 from sgl_runtime.logprobs import token_logprobs
 from sgl_runtime.managers.req import Req
@@ -31,7 +32,7 @@ def process_batch_logits(batch: ScheduleBatch, logits: torch.Tensor, sampler: Sa
     if rows == list(range(logits.shape[0])):
         sample_logits = logits  # every row samples (decode): no [B, V] gather; the sampler edits it in place
     else:
-        sample_logits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]  # [B, V]
+        sample_logits = logits.index_select(0, to_device(rows, torch.int64, logits.device))  # [B, V]
     return _append_sampled(reqs, sample_logits, sampler, jump_forward)
 
 
@@ -49,14 +50,16 @@ def _append_sampled(reqs: list[Req], sample_logits: torch.Tensor, sampler: Sampl
         for req, token_id in zip(reqs, next_ids):
             req.append_token(token_id)  # tolist() gave Python ints
         return len(reqs)
-    added = 0
-    for req, token_id in zip(reqs, next_ids):
-        before = len(req.output_ids)
-        req.append_token(token_id)
-        if not req.finished:
-            jump_forward_(req)
-        added += len(req.output_ids) - before
-    return added
+    return sum(append_sampled(req, token_id, jump_forward=True) for req, token_id in zip(reqs, next_ids))
+
+
+def append_sampled(req: Req, token_id: int, jump_forward: bool) -> int:
+    """Append a sampled token and, with jump-forward on, the text it forces; returns the tokens added."""
+    before = len(req.output_ids)
+    req.append_token(token_id)
+    if jump_forward and not req.finished:
+        jump_forward_(req)
+    return len(req.output_ids) - before
 
 
 def jump_forward_(req: Req) -> None:

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from sgl_runtime.host_to_device import to_device
-from sgl_runtime.managers.batch_result import jump_forward_
+from sgl_runtime.managers.batch_result import append_sampled
 from sgl_runtime.managers.req import Req
 from sgl_runtime.managers.schedule_batch import ScheduleBatch
 
@@ -162,12 +162,8 @@ class OverlapMixin:
         for req, token_id in zip(step.reqs, step.token_ids()):
             if req.finished:
                 continue
-            before = len(req.output_ids)
             req.forward_passes += 1
-            req.append_token(token_id)
-            if self.jump_forward and not req.finished:
-                jump_forward_(req)
-            added += len(req.output_ids) - before
+            added += append_sampled(req, token_id, self.jump_forward)
             if req.finished:
                 self._finish(req)
         self.metrics.on_tokens(added)
