@@ -77,3 +77,30 @@ def test_cuda_overlap_schedule_matches_step_by_step(model_path, prompts_and_expe
         assert on["output_ids"] == off["output_ids"] and on["meta_info"]["finish_reason"] == off["meta_info"]["finish_reason"]
     for r, e, p in zip(results[True], expected, params):
         assert r["output_ids"] == e[: p["max_new_tokens"]]
+
+
+def test_cuda_overlapped_jump_forward_matches_step_by_step(model_path):
+    """Jump-forward in overlapped steps (forced tokens from the host beside device ids, in mixed
+    extends the decode graphs replay) gives step-by-step's tokens and forward-pass counts on CUDA."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "level": {"enum": ["junior", "senior", "staff"]},
+                                               "ok": {"type": "boolean"}},
+              "required": ["name", "level", "ok"], "additionalProperties": False}
+    params = [{"json_schema": json.dumps(schema), "temperature": 0, "max_new_tokens": 48} for _ in range(6)]
+    params += [{"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 48, "seed": i} for i in range(6)]
+    params += [{"regex": r"(alpha|beta)-[0-9]{2}-(gamma|delta)", "temperature": 0, "max_new_tokens": 16},
+               {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}]
+    prompts = random_prompts([5, 11, 7, 30, 3, 9, 6, 14, 4, 8, 12, 5, 7, 10], seed=53)
+    results = {}
+    for overlap in (True, False):
+        engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096,
+                        disable_overlap_schedule=not overlap)
+        engine.scheduler.overlap_jump_forward = True
+        results[overlap] = engine.generate(input_ids=prompts, sampling_params=params)
+        if overlap:
+            assert engine.scheduler.metrics.overlapped_steps > 10
+    for on, off in zip(results[True], results[False]):
+        assert on["output_ids"] == off["output_ids"]
+        assert on["meta_info"]["forward_passes"] == off["meta_info"]["forward_passes"]
+    for r in results[True][:12]:
+        jsonschema.validate(json.loads(r["text"]), schema)
