@@ -27,7 +27,7 @@ def test_offline_throughput_tiny():
     result = _run("offline_throughput.py")
     assert result["benchmark"] == "offline_throughput" and result["requests"] == 6
     for key in ("output_tok_s", "total_tok_s", "batch1_decode_tok_s", "batch1_decode_tok_s_no_overlap", "prefill_tok_s",
-                "hf_output_tok_s", "ratio_vs_hf"):
+                "prefill_tok_s_first_pass", "hf_output_tok_s", "ratio_vs_hf"):
         assert result[key] > 0, key
     assert 0 < result["gpu_busy_fraction"] <= 1.0
 
@@ -77,3 +77,9 @@ def test_profile_decode_tiny():
     result = _run("profile_decode.py")
     assert result["benchmark"] == "profile_decode" and result["steps"] == 64
     assert result["wall_ms_per_step"] > 0 and result["kernel_ms_per_step"] > 0 and result["top_kernels"]
+
+
+def test_jump_forward_overlap_tiny():
+    result = _run("jump_forward_overlap.py")
+    assert [r["batch"] for r in result["sweep"]] == [1, 2]
+    assert all(r["step_chars_s"] > 0 and r["overlapped_chars_s"] > 0 for r in result["sweep"])

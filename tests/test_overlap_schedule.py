@@ -192,7 +192,7 @@ def test_jump_forward_in_overlapped_steps_matches_step_by_step(path, monkeypatch
 
     monkeypatch.setattr(overlap, "launch_forward", recording)
     on = Engine(path, device="cpu", max_total_tokens=4096)
-    on.scheduler.overlap_jump_forward = True
+    on.scheduler.overlap_jump_forward, on.scheduler.overlap_jump_forward_min_batch = True, 1
     off = Engine(path, device="cpu", max_total_tokens=4096, disable_overlap_schedule=True)
     schema = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "level": {"enum": '
               '["junior", "senior"]}, "ok": {"type": "boolean"}}, "required": ["name", "level", "ok"], '

@@ -137,7 +137,12 @@ class OverlapMixin:
         return True
 
     def _overlappable(self, reqs: list[Req]) -> bool:
-        return all(overlappable(r, self.jump_forward, self.overlap_jump_forward) for r in reqs)
+        return all(overlappable(r, self.jump_forward, self._overlap_forced(reqs)) for r in reqs)
+
+    def _overlap_forced(self, reqs: list[Req]) -> bool:
+        """Whether forced text may join overlapped steps of this batch: in a small batch, the step
+        each forced span waits costs more than the host round trip of running it step by step."""
+        return self.overlap_jump_forward and len(reqs) >= self.overlap_jump_forward_min_batch
 
     def _can_chain(self, live: list[Req], sampled: dict[int, int]) -> bool:
         """The next step serves the same requests: nobody new to admit, every running request in

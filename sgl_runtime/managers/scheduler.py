@@ -70,9 +70,10 @@ class Scheduler(OverlapMixin):
         self._forced_wait = 0  # decode steps that left jump-forward requests waiting
         self.overlap = not server_args.disable_overlap_schedule
         self.jump_forward = not server_args.disable_jump_forward
-        # Constrained requests with jump-forward in overlapped steps too (managers/overlap.py); off
-        # until measured on a GPU against running them step by step.
+        # Constrained requests with jump-forward in overlapped steps too (managers/overlap.py), in
+        # batches of at least overlap_jump_forward_min_batch requests (H200, benchmarks/jump_forward_overlap.py).
         self.overlap_jump_forward = False
+        self.overlap_jump_forward_min_batch = 1
         self.inflight: Optional[InflightDecode] = None  # a launched decode step not yet read back
 
     # ================================================================== public API
@@ -301,7 +302,7 @@ class Scheduler(OverlapMixin):
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
         forced = any(r.extend_input_len > 1 for r in batch.reqs)
-        if self.overlap and not batch.is_prefill and (not forced or self.overlap_jump_forward) \
+        if self.overlap and not batch.is_prefill and (not forced or self._overlap_forced(batch.reqs)) \
                 and self._overlappable(batch.reqs):
             logits = launch_forward(batch, self.model_runner, None, [False] * len(batch) if forced else None)
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
