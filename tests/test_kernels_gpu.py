@@ -97,6 +97,59 @@ def test_decode_attention_matches_reference(heads, kv_heads, dim, dtype):
         assert _rel_err(out, ref) < 1e-2, splits
 
 
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """The same values in a view whose data pointer is not 16-byte aligned (a slice of a staging buffer)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:]
+    view.copy_(t)
+    assert view.data_ptr() % 16 != 0
+    return view
+
+
+def _variants(kernel) -> int:
+    """Compiled specializations of a Triton JITFunction (Triton >= 3.x keeps them per device)."""
+    return sum(len(caches[0]) for caches in kernel.device_caches.values())
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="the interpreter compiles nothing")
+def test_index_tensor_alignment_and_split_count_compile_no_new_variants():
+    """Index tensors arrive as slices of a staging buffer or the slot free list at any alignment, and the
+    split count follows the batch: neither may compile a kernel again (a second or so, mid-request)."""
+    from sgl_runtime.kernels import decode_attention as decode_mod, extend_attention as extend_mod
+    from sgl_runtime.kernels import store_kv as store_mod
+
+    dtype, heads, kv_heads, dim = torch.bfloat16, 12, 3, 64
+    k_buf = torch.randn(2001, kv_heads, dim, device=DEVICE).to(dtype)
+    v_buf = torch.randn_like(k_buf)
+    loc = torch.randperm(2000, device=DEVICE)[:77]
+    k, v = torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype), torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype)
+    store_kv(k_buf, v_buf, loc, k, v)
+    before = _variants(store_mod._kernel())
+    store_kv(k_buf, v_buf, _misaligned(loc), k, v)
+    assert _variants(store_mod._kernel()) == before
+
+    seq_lens, ext_lens = [40, 300, 9], [40, 100, 1]
+    k_buf, v_buf, table, rows = _ragged_pool(seq_lens, kv_heads, dim, dtype, seed=3)
+    q = torch.randn(sum(ext_lens), heads, dim, device=DEVICE).to(dtype)
+    meta = [rows, torch.tensor(seq_lens, device=DEVICE), torch.tensor(ext_lens, device=DEVICE),
+            torch.tensor([0, 40, 140], device=DEVICE)]
+    out = torch.empty_like(q)
+    extend_attention(q, out, k_buf, v_buf, table, *meta, max(ext_lens), dim**-0.5)
+    before = _variants(extend_mod._kernel())
+    extend_attention(q, out, k_buf, v_buf, table, *[_misaligned(m) for m in meta], max(ext_lens), dim**-0.5)
+    assert _variants(extend_mod._kernel()) == before
+
+    workspace = DecodeWorkspace(8, heads, dim, DEVICE)
+    q = torch.randn(len(seq_lens), heads, dim, device=DEVICE).to(dtype)
+    lens = torch.tensor(seq_lens, device=DEVICE)
+    decode_attention(q, torch.empty_like(q), k_buf, v_buf, table, rows, lens, workspace, 1, dim**-0.5)
+    before = [_variants(kernel) for kernel in decode_mod._kernels()]
+    for splits, misaligned in ((1, True), (16, False), (3, True), (32, False)):
+        index = (_misaligned(rows), _misaligned(lens)) if misaligned else (rows, lens)
+        decode_attention(q, torch.empty_like(q), k_buf, v_buf, table, *index, workspace, splits, dim**-0.5)
+    assert [_variants(kernel) for kernel in decode_mod._kernels()] == before
+
+
 @pytest.mark.parametrize("vocab", [1000, 128256, 151936])
 def test_bitmask_matches_reference(vocab):
     words = (vocab + 31) // 32

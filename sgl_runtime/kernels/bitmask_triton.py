@@ -10,6 +10,8 @@ import functools
 
 import torch
 
+from sgl_runtime.kernels._triton import jit
+
 BLOCK = 2048
 
 
@@ -29,10 +31,9 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.T
 
 @functools.lru_cache(maxsize=None)
 def _kernel():
-    import triton
     import triton.language as tl
 
-    @triton.jit
+    @jit(do_not_specialize_on_alignment=["bitmask"])
     def _bitmask_kernel(logits, bitmask, vocab, words, stride_l, stride_m, BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)

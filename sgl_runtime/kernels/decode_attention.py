@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from sgl_runtime.kernels._triton import next_power_of_2
+from sgl_runtime.kernels._triton import jit, next_power_of_2
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
@@ -84,10 +84,9 @@ def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    import triton
     import triton.language as tl
 
-    @triton.jit
+    @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["req_pool_indices", "seq_lens"])
     def _stage1(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
                 qk_scale, stride_qb, stride_qh, stride_rt, num_splits,
                 stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh,
@@ -135,7 +134,7 @@ def _kernels():
         tl.store(mid_out + base + heads[:, None] * stride_moh + offs_d[None, :], out, mask=g_valid[:, None])
         tl.store(mid_lse + b.to(tl.int64) * stride_mlb + heads * stride_mlh + split, lse, mask=g_valid)
 
-    @triton.jit
+    @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["seq_lens"])
     def _stage2(mid_out, mid_lse, o, seq_lens, num_splits, stride_mob, stride_moh, stride_mos,
                 stride_mlb, stride_mlh, stride_ob, stride_oh, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)

@@ -15,6 +15,8 @@ import math
 import torch
 from torch.nn import functional as F
 
+from sgl_runtime.kernels._triton import jit
+
 LOG2E = 1.4426950408889634
 
 
@@ -82,10 +84,9 @@ def _config(dim: int) -> tuple[int, int, int, int]:
 
 @functools.lru_cache(maxsize=None)
 def _kernel():
-    import triton
     import triton.language as tl
 
-    @triton.jit
+    @jit(do_not_specialize_on_alignment=["req_pool_indices", "seq_lens", "extend_lens", "extend_start_loc"])
     def _extend_kernel(q, o, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_lens,
                        extend_start_loc, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_rt,
                        GROUP: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from sgl_runtime.kernels._triton import next_power_of_2
+from sgl_runtime.kernels._triton import jit, next_power_of_2
 
 
 def store_kv_torch(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
@@ -34,10 +34,9 @@ def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, 
 
 @functools.lru_cache(maxsize=None)
 def _kernel():
-    import triton
     import triton.language as tl
 
-    @triton.jit
+    @jit(do_not_specialize_on_alignment=["loc"])
     def _store_kv_kernel(k_buffer, v_buffer, loc, k, v, stride_k, stride_v, ROW: tl.constexpr, BLOCK: tl.constexpr):
         token = tl.program_id(0)
         slot = tl.load(loc + token).to(tl.int64)

@@ -13,12 +13,13 @@ The host work of 2 and 3 runs while the GPU computes the forward of step N+1.
 A request that finishes on step N is already in step N+1: that step's KV slot holds the
 finished sequence's last token (kept, cached or freed with the rest of the request) and its
 row is not sampled. Requests that need the host between forward and sampling (logprobs) run
-step by step. So do constrained requests while jump-forward is on, unless
-Scheduler.overlap_jump_forward is set: then a request whose token N forces text (read back
-in step 2) is not sampled in step N+1 (whose row computed token N's KV), and step N+2 extends
-it by the forced tokens, from the host, beside the other requests' device ids: a flattened
-mixed extend, which the decode CUDA graphs serve. Each forced span costs one step of latency
-and no host-device round trip.
+step by step. Constrained requests with jump-forward on overlap in batches of at least
+Scheduler.overlap_jump_forward_min_batch requests (16; smaller batches run step by step): a
+request whose token N forces text (read back in step 2) is not sampled in step N+1 (whose row
+computed token N's KV), and step N+2 extends it by the forced tokens, from the host, beside the
+other requests' device ids: a flattened mixed extend, which the decode CUDA graphs serve. Each
+forced span costs one step of latency and no host-device round trip, which pays off once the
+round trip would idle the GPU for many requests (Scheduler.overlap_jump_forward turns it off).
 """
 
 from __future__ import annotations
