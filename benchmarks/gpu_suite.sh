@@ -3,8 +3,8 @@
 #   bash benchmarks/gpu_suite.sh "$OUT"
 # Each step writes its whole output to <dir>/<step>.txt as it runs, so a run cut short keeps what it had.
 # Order: tests first, then the benchmarks from the cheapest; set SKIP_HF=1 to skip transformers' baseline.
-# On the H200 (2026-11-30) the steps took about 70 s (tests), 75 s (offline_throughput without the baseline),
-# 195 s (json_decode) and 150 s (shared_prefix): with SKIP_HF=1 it fits one 10-minute device call.
+# On the H200 (2026-11-30, 9136775) the steps took about 85 s (tests), 80 s (offline_throughput with the baseline),
+# 170 s (json_decode, 5 passes per mode) and 150 s (shared_prefix): it fits one 10-minute device call.
 set -u
 out="${1:?usage: gpu_suite.sh OUTPUT_DIR}"
 mkdir -p "$out"

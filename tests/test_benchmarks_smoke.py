@@ -83,3 +83,9 @@ def test_jump_forward_overlap_tiny():
     result = _run("jump_forward_overlap.py")
     assert [r["batch"] for r in result["sweep"]] == [1, 2]
     assert all(r["step_chars_s"] > 0 and r["overlapped_chars_s"] > 0 for r in result["sweep"])
+
+
+def test_first_prefill_tiny():
+    result = _run("first_prefill.py")
+    assert len(result["passes"]) == 3
+    assert all(p["tok_s"] > 0 and p["forwards"] and p["forwards"][0]["mode"] == "EXTEND" for p in result["passes"])
