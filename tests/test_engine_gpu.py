@@ -104,3 +104,33 @@ def test_cuda_overlapped_jump_forward_matches_step_by_step(model_path):
         assert on["meta_info"]["forward_passes"] == off["meta_info"]["forward_passes"]
     for r in results[True][:12]:
         jsonschema.validate(json.loads(r["text"]), schema)
+
+
+_FIRST_PREFILL_SCRIPT = """
+import json, sys
+from sgl_runtime.engine import Engine
+from sgl_runtime.kernels import extend_attention, store_kv
+
+def variants():
+    return [sum(len(c[0]) for c in k.device_caches.values()) for k in (extend_attention._kernel(), store_kv._kernel())]
+
+engine = Engine(sys.argv[1], device="cuda", dtype="bfloat16")  # the pool sized by measurement: a warm-up prefill
+after_start = variants()
+prompts = [[1000 + (7 * i + j) % 5000 for j in range(400 + 20 * i)] for i in range(5)]  # too long to replay graphs
+engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 2, "ignore_eos": True})
+print(json.dumps([after_start, variants()]))
+"""
+
+
+def test_first_long_prefill_after_start_compiles_no_kernel(model_path):
+    """The start-up warm-up prefill compiles the extend and store-KV kernels for the shapes real batches
+    bring (row stride of req_to_token, index tensors at any alignment), so the first long prompt served
+    pays no compile (on the H200 it paid 1 s). A fresh process, so no earlier test's kernels count."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _FIRST_PREFILL_SCRIPT, model_path], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after_start, after_prefill = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert after_start[0] >= 1 and after_prefill == after_start

@@ -46,7 +46,7 @@ class ModelRunner:
         self.max_total_num_tokens = self._kv_pool_size()
         self.max_running_requests = self._max_running_requests()
         self.req_to_token_pool = ReqToTokenPool(
-            self.max_running_requests + 2, model_config.context_length + 1, self.device
+            self.max_running_requests + 2, self._table_width(), self.device
         )
         self.token_to_kv_pool = TokenToKVPool(
             self.max_total_num_tokens, model_config.dtype, model_config.num_kv_heads, model_config.head_dim,
@@ -110,6 +110,10 @@ class ModelRunner:
         budget = total * self.server_args.mem_fraction_static - used - activations
         return int(budget // per_token)
 
+    def _table_width(self) -> int:
+        """Positions per req_to_token row: the whole context, plus one."""
+        return self.model_config.context_length + 1
+
     def _warmup_tokens(self) -> int:
         args = self.server_args
         chunk = args.chunked_prefill_size if args.chunked_prefill_size > 0 else args.max_prefill_tokens
@@ -117,9 +121,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warmup_forward(self, num_tokens: int) -> torch.Tensor:
-        """One prefill of `num_tokens` dummy tokens through temporary pools (used to measure peak memory)."""
+        """One prefill of `num_tokens` dummy tokens through temporary pools (used to measure peak memory).
+        Its req_to_token row is as wide as the real pool's: the kernels are compiled for that row stride
+        here, not again inside the first long prefill (Triton specialises integers divisible by 16)."""
         cfg = self.model_config
-        req_pool = ReqToTokenPool(1, num_tokens + 1, self.device)
+        req_pool = ReqToTokenPool(1, self._table_width(), self.device)
         kv_pool = TokenToKVPool(num_tokens, cfg.dtype, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, self.device)
         slots = kv_pool.alloc(num_tokens)
         req_pool.req_to_token[0, :num_tokens] = slots.to(torch.int32)
