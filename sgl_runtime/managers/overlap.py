@@ -138,7 +138,8 @@ class OverlapMixin:
         return True
 
     def _overlappable(self, reqs: list[Req]) -> bool:
-        return all(overlappable(r, self.jump_forward, self._overlap_forced(reqs)) for r in reqs)
+        overlap_forced = self._overlap_forced(reqs)
+        return all(overlappable(r, self.jump_forward, overlap_forced) for r in reqs)
 
     def _overlap_forced(self, reqs: list[Req]) -> bool:
         """Whether forced text may join overlapped steps of this batch: in a small batch, the step
