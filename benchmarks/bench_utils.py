@@ -121,6 +121,12 @@ class ForwardTimer:
     def busy_seconds(self) -> float:
         return sum(self._seconds())
 
+    def per_forward(self) -> list[dict]:
+        """Each forward of the run: kind, requests, tokens and device ms (host stalls before its
+        kernels launch, such as a Triton compile, fall between its events and count too)."""
+        return [{"kind": kind, "requests": reqs, "tokens": tokens, "ms": round(1000 * seconds, 1)}
+                for (kind, reqs, tokens), seconds in zip(self.kinds, self._seconds())]
+
     def by_kind(self) -> dict:
         """{kind: {batches, requests (mean per batch), tokens, device_ms (mean per batch)}}."""
         out: dict = {}
@@ -135,6 +141,19 @@ class ForwardTimer:
             row["requests"] = round(row["requests"] / n, 1)
             row["device_ms"] = round(1000 * row.pop("seconds") / n, 3)
         return out
+
+
+def warm_up(engine, rng: random.Random, vocab: int) -> None:
+    """offline_throughput's warm-up: two short requests compile the extend and decode kernels at a few
+    shapes (small extends replay the decode graphs on CUDA)."""
+    timed_generate(engine, [random_ids(rng, n, vocab) for n in (37, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
+
+
+def prefill_pass(engine, rng: random.Random, vocab: int, batch: int, length: int, timer=None) -> float:
+    """One prefill of `batch` fresh prompts of `length` tokens (one new token each); returns tok/s."""
+    prompts = [random_ids(rng, length, vocab) for _ in range(batch)]
+    _, seconds = timed_generate(engine, prompts, [{"max_new_tokens": 1, "ignore_eos": True}] * batch, timer)
+    return batch * length / seconds
 
 
 def timed_generate(engine, input_ids: list[list[int]], params: list[dict], timer: ForwardTimer | None = None) -> tuple[list[dict], float]:

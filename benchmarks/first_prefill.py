@@ -2,10 +2,10 @@
 
 What the first long prefill after start-up pays that later ones do not. offline_throughput's
 prefill workload (8 fresh prompts of 2,048 tokens, one new token each) is run several times after
-its warm-up; each pass reports its time, every forward's synchronised time, and the Triton
-kernels compiled during it (new entries of the Triton cache directory: point TRITON_CACHE_DIR at
-an empty directory to see them all). On the H200 the first pass has run about 1 s slower (a
-Triton recompile of store_kv and extend attention for a new index-tensor alignment, since fixed).
+its warm-up; each pass reports its time, every forward's device time, and the Triton kernels
+compiled during it (new entries of the Triton cache directory: point TRITON_CACHE_DIR at an empty
+directory to see them all). On the H200 the first pass has run about 1 s slower (a Triton
+recompile of store_kv and extend attention for a new index-tensor alignment, since fixed).
 Prints a JSON line and a table.
 """
 
@@ -15,10 +15,9 @@ import argparse
 import glob
 import os
 import random
-import time
 
-from bench_utils import add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report, \
-    timed_generate, vocab_size_of
+from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, prefill_pass,
+                         report, vocab_size_of, warm_up)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,39 +37,19 @@ def _cache_files() -> set[str]:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    import torch
-
     from sgl_runtime.engine import Engine
 
     model_dir = make_model_dir(args.model_config, args.tiny)
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args))
     rng = random.Random(args.seed + 1)
-    # offline_throughput's warm-up (small extends, which replay the decode graphs on CUDA)
-    timed_generate(engine, [random_ids(rng, n, vocab) for n in (37, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
-    runner = engine.scheduler.model_runner
-    forward, forwards = runner.forward, []
-
-    def synchronised_forward(forward_batch):
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        sync()
-        start = time.perf_counter()
-        out = forward(forward_batch)
-        sync()
-        forwards.append({"mode": forward_batch.forward_mode.name, "requests": forward_batch.batch_size,
-                         "tokens": int(forward_batch.input_ids.shape[0]),
-                         "ms": round((time.perf_counter() - start) * 1000, 1)})
-        return out
-
-    runner.forward = synchronised_forward
+    warm_up(engine, rng, vocab)  # offline_throughput's
+    timer = ForwardTimer(engine)
     passes = []
     for _ in range(args.passes):
-        forwards.clear()
         before = _cache_files()
-        prompts = [random_ids(rng, args.prefill_len, vocab) for _ in range(args.prefill_batch)]
-        _, seconds = timed_generate(engine, prompts, [{"max_new_tokens": 1, "ignore_eos": True}] * len(prompts))
-        passes.append({"seconds": seconds, "tok_s": len(prompts) * args.prefill_len / seconds,
-                       "forwards": list(forwards), "compiled": sorted(_cache_files() - before)})
+        tok_s = prefill_pass(engine, rng, vocab, args.prefill_batch, args.prefill_len, timer)
+        passes.append({"tok_s": tok_s, "forwards": timer.per_forward(), "compiled": sorted(_cache_files() - before)})
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(), "passes": passes}
     rows = [(f"pass {i}: tok/s, forward ms, kernels compiled",
              f"{p['tok_s']:,.0f}, {[f['ms'] for f in p['forwards']]}, {p['compiled'] or 'none'}")

@@ -17,8 +17,8 @@ import random
 import statistics
 import time
 
-from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, random_ids,
-                         report, run_isolated, timed_generate, vocab_size_of)
+from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, prefill_pass,
+                         random_ids, report, run_isolated, timed_generate, vocab_size_of, warm_up)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,8 +53,7 @@ def run_engine(args, model_dir: str) -> dict:
     rng = random.Random(args.seed + 1)
     engine = Engine(model_path=model_dir, **engine_kwargs(args))
     timer = ForwardTimer(engine)
-    # Warm-up: compiles the extend and decode kernels at a few shapes.
-    timed_generate(engine, [random_ids(rng, n, vocab) for n in (37, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
+    warm_up(engine, rng, vocab)
     result = {}
 
     out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
@@ -67,11 +66,8 @@ def run_engine(args, model_dir: str) -> dict:
         result["batch1_decode_tok_s_no_overlap"] = out[0]["meta_info"]["completion_tokens"] / latency
         engine.scheduler.overlap = True
 
-    prefill = []  # fresh prompts each pass (no cache hits); the first pays any new shape's first use
-    for _ in range(3):
-        prompts = [random_ids(rng, args.prefill_len, vocab) for _ in range(args.prefill_batch)]
-        _, latency = timed_generate(engine, prompts, [{"max_new_tokens": 1, "ignore_eos": True}] * len(prompts))
-        prefill.append(args.prefill_batch * args.prefill_len / latency)
+    # fresh prompts each pass (no cache hits); the first pays any new shape's first use
+    prefill = [prefill_pass(engine, rng, vocab, args.prefill_batch, args.prefill_len) for _ in range(3)]
     result["prefill_tok_s"], result["prefill_tok_s_first_pass"] = statistics.median(prefill), prefill[0]
 
     ids, params = throughput_requests(args, vocab)

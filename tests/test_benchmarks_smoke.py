@@ -88,4 +88,4 @@ def test_jump_forward_overlap_tiny():
 def test_first_prefill_tiny():
     result = _run("first_prefill.py")
     assert len(result["passes"]) == 3
-    assert all(p["tok_s"] > 0 and p["forwards"] and p["forwards"][0]["mode"] == "EXTEND" for p in result["passes"])
+    assert all(p["tok_s"] > 0 and p["forwards"] and p["forwards"][0]["kind"] == "extend" for p in result["passes"])
