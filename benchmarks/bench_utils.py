@@ -42,7 +42,7 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
 
 def make_model_dir(model_config: str, tiny: bool) -> str:
     """A temporary model directory: the shipped config.json (shrunk when tiny) + the Qwen2.5 tokenizer files."""
-    from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
+    from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
 
     config = json.loads((CONFIG_DIR / model_config / "config.json").read_text())
     if tiny:

@@ -29,7 +29,7 @@ import numpy as np
 
 from sgl_runtime.constrained import ConstraintError, compile_constraint
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 WIDTH = 151936
 EOS = (151645, 151643)

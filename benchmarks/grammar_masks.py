@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from sgl_runtime.constrained.grammar import compile_grammar
-from sgl_runtime.constrained.grammar_sampling import CLOSERS, closer_ids, pick_walk_token
+from sgl_runtime.constrained.grammar.compiler import compile_grammar
+from sgl_runtime.constrained.grammar.sampling import CLOSERS, closer_ids, pick_walk_token
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 def walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, times: list) -> list[int]:
     m, out, eos = c.matcher(), [], vocab.eos_token_ids[0]

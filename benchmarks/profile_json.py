@@ -66,8 +66,8 @@ def profile(args: argparse.Namespace) -> dict:
     import torch
 
     from sgl_runtime.engine import Engine
-    from sgl_runtime.managers import batch_result, overlap, scheduler as scheduler_module
-    from sgl_runtime.managers.schedule_batch import ScheduleBatch
+    from sgl_runtime.scheduler import batch_result, overlap, scheduler as scheduler_module
+    from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
     from sgl_runtime.sampler import Sampler
 
     model_dir = make_model_dir(args.model_config, args.tiny)

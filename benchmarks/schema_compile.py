@@ -13,7 +13,7 @@ import statistics
 import time
 from pathlib import Path
 
-from sgl_runtime.constrained.json_schema import schema_to_fsm
+from sgl_runtime.constrained.json_schema.compiler import schema_to_fsm
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 

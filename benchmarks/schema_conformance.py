@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema import schema_to_dfa
-from sgl_runtime.constrained.json_schema_serialize import compact_json
+from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+from sgl_runtime.constrained.json_schema.serialize import compact_json
 
 DEFAULT_SUITE = Path(__file__).resolve().parents[1].parent / "shared/data/json-schema-test-suite/draft2020-12"
 OUTCOMES = ("correct", "false_accept", "false_reject", "unsupported")

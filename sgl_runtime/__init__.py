@@ -1,6 +1,6 @@
 """sgl_runtime: serves Hugging Face models with RadixAttention and constrained decoding."""
 
-__version__ = "0.1.0"
+from sgl_runtime.version import __version__
 
 
 def __getattr__(name):

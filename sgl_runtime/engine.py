@@ -8,7 +8,7 @@ import uuid
 from typing import Any, Optional, Union
 
 from sgl_runtime.io_struct import AbortReq, ReqTokenOutput, TokenizedGenerateReqInput
-from sgl_runtime.managers.incremental_detokenizer import IncrementalDetokenizer, trim_stop_string
+from sgl_runtime.detokenizer.incremental_detokenizer import IncrementalDetokenizer, trim_stop_string
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
@@ -21,11 +21,11 @@ class Engine:
     Constraints are compiled in-process, in the scheduler's worker threads: a compile that
     outlives `constraint_compile_timeout` fails its request, but its thread cannot be killed and
     runs on (holding the GIL) until it finishes. Pass only constraints you trust; the HTTP server
-    validates untrusted ones in killable processes first (managers/constraint_validator.py).
+    validates untrusted ones in killable processes first (server/constraint_validator.py).
     """
 
     def __init__(self, model_path: Optional[str] = None, **server_args: Any) -> None:
-        from sgl_runtime.managers.scheduler import Scheduler
+        from sgl_runtime.scheduler.scheduler import Scheduler
 
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         self.scheduler = Scheduler(self.server_args)

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from sgl_runtime.managers.child_processes import ChildProcesses, ChildProcessFailed
-from sgl_runtime.managers.ipc import IpcAddresses, configure_logging
+from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
+from sgl_runtime.process.ipc import IpcAddresses, configure_logging
 from sgl_runtime.server_args import ServerArgs, parse_args
 
 logger = logging.getLogger("sgl_runtime.launch_server")
@@ -71,7 +71,7 @@ def resolve_model(server_args: ServerArgs) -> ServerArgs:
     """With no --model-path, serve the built-in demo checkpoint (built on first use)."""
     if server_args.model_path is not None:
         return server_args
-    from sgl_runtime.demo_model import get_demo_model_path
+    from sgl_runtime.model_loader.demo_model import get_demo_model_path
 
     return server_args.replace(model_path=get_demo_model_path(),
                                served_model_name=server_args.served_model_name or DEMO_MODEL_NAME)
@@ -80,11 +80,11 @@ def resolve_model(server_args: ServerArgs) -> ServerArgs:
 def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, children: ChildProcesses) -> int:
     import uvicorn
 
-    from sgl_runtime.entrypoints.http_server import build_app
-    from sgl_runtime.entrypoints.metrics import ServerMetrics
-    from sgl_runtime.managers.detokenizer_manager import run_detokenizer_process
-    from sgl_runtime.managers.scheduler_process import run_scheduler_process
-    from sgl_runtime.managers.tokenizer_manager import TokenizerManager
+    from sgl_runtime.server.http_server import build_app
+    from sgl_runtime.server.metrics import ServerMetrics
+    from sgl_runtime.detokenizer.detokenizer_manager import run_detokenizer_process
+    from sgl_runtime.scheduler.scheduler_process import run_scheduler_process
+    from sgl_runtime.server.tokenizer_manager import TokenizerManager
 
     children.start("scheduler", run_scheduler_process, server_args, addresses)
     children.start("detokenizer", run_detokenizer_process, server_args, addresses)
@@ -112,7 +112,7 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
 
 def read_model_info(server_args: ServerArgs):
     """Context length, vocabulary size and EOS ids, read from the checkpoint's config files."""
-    from sgl_runtime.managers.request_tokenizer import ModelInfo
+    from sgl_runtime.server.request_tokenizer import ModelInfo
     from sgl_runtime.model_config import ModelConfig
 
     config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,

@@ -13,11 +13,11 @@ from typing import Optional, Sequence
 
 import torch
 
-from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
+from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
 from sgl_runtime.layers.attention.torch_backend import TorchAttentionBackend
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.model_config import head_dim_of
-from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
 
 TINY_VOCAB = 151936
 _COMMON = dict(
@@ -161,7 +161,7 @@ def _cumsum(values: Sequence[int]) -> list[int]:
 
 def load_for_test(path: str, dtype: torch.dtype = torch.float32, harness_kwargs: Optional[dict] = None):
     """(model, harness) for a checkpoint directory, through the real loader."""
-    from sgl_runtime.model_loader import load_model
+    from sgl_runtime.model_loader.loader import load_model
 
     model = load_model(path, dtype, "cpu")
     return model, ForwardHarness(model, dtype=dtype, **(harness_kwargs or {}))

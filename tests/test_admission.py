@@ -9,8 +9,8 @@ import pytest
 
 from engine_fixtures import checkpoint, random_prompts
 from sgl_runtime.engine import Engine
-from sgl_runtime.managers.prefill_adder import reserved_tokens, runs_to_length
-from sgl_runtime.managers.req import Req
+from sgl_runtime.scheduler.prefill_adder import reserved_tokens, runs_to_length
+from sgl_runtime.scheduler.req import Req
 from sgl_runtime.sampling_params import SamplingParams
 
 

@@ -17,10 +17,10 @@ from sgl_runtime.constrained import compile_constraint
 from sgl_runtime.constrained.budget import byte_distances
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.constraint import DFAConstraint
-from sgl_runtime.constrained.grammar import compile_grammar
-from sgl_runtime.constrained.grammar_source import grammar_text
+from sgl_runtime.constrained.grammar.compiler import compile_grammar
+from sgl_runtime.constrained.grammar.source import grammar_text
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 REGEXES = [r"[a-z]+@[a-z]+\.com", r'\{"x": \[[0-9]+(, [0-9]+)*\]\}', r"(ab|cd)*e{2,}"]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},

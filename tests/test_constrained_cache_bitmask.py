@@ -11,7 +11,7 @@ from sgl_runtime.constrained import ConstraintError
 from sgl_runtime.constrained import cache as cache_module
 from sgl_runtime.constrained.bitmask import apply_token_bitmask_, apply_token_bitmask_torch_, stack_bitmasks
 from sgl_runtime.constrained.cache import ConstraintCache
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from server_fixtures import start_server
-from sgl_runtime.constrained.grammar_source import grammar_text
+from sgl_runtime.constrained.grammar.source import grammar_text
 
 N = 200
 MAX_NEW_TOKENS = 12

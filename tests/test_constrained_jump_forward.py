@@ -7,7 +7,7 @@ from sgl_runtime.constrained import compile_constraint
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.constraint import DFAConstraint
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 EOS = (151643, 151645)
 PERSON = r'\{"name": "[a-z]+", "age": [0-9]+\}'

@@ -8,7 +8,7 @@ import pytest
 
 from sgl_runtime.constrained import compile_constraint
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 EOS = (151643, 151645)
 WIDTH = 151936  # Qwen2.5's logit dimension, padded past the 151,665 tokenizer ids
@@ -97,7 +97,7 @@ def test_masks_equal_brute_force(tok, pattern):
 
 
 def test_path_tokenizer_and_choices(tok):
-    from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
+    from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
 
     c = compile_constraint("choices", ["Paris", "London", "東京"], get_qwen2_tokenizer_dir())
     assert c.accepts("東京") and not c.accepts("Pari")

@@ -16,8 +16,8 @@ import requests
 from server_fixtures import descendant_pids, pid_alive, start_server
 
 from sgl_runtime.constrained import ConstraintError, compile_constraint
-from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
-from sgl_runtime.managers.constraint_validator import ConstraintValidator
+from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
+from sgl_runtime.server.constraint_validator import ConstraintValidator
 
 # interegular's parse + FSM construction of this nested counted repeat runs for minutes here
 # (more than 60 s measured; "(a{1,10}b?){1,10}c" already takes about a second).

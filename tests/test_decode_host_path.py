@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sgl_runtime.managers.req import Req
-from sgl_runtime.managers.schedule_batch import ScheduleBatch
+from sgl_runtime.scheduler.req import Req
+from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.mem_cache.radix_cache import RadixCache
-from sgl_runtime.model_executor.forward_batch import ForwardMode
+from sgl_runtime.forward_batch import ForwardMode
 from sgl_runtime.sampler import Sampler
 from sgl_runtime.sampling_params import SamplingParams
 
@@ -139,7 +139,7 @@ def test_sampling_without_top_p_never_syncs_the_stream():
 
 
 def test_ids_between_slices_prompt_and_output_without_building_fill_ids():
-    from sgl_runtime.managers.req import Req
+    from sgl_runtime.scheduler.req import Req
     from sgl_runtime.sampling_params import SamplingParams
 
     req = Req("r", [1, 2, 3, 4], SamplingParams(max_new_tokens=8))

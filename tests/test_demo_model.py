@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 from model_fixtures import ForwardHarness
-from sgl_runtime.demo_model import get_demo_model_path
+from sgl_runtime.model_loader.demo_model import get_demo_model_path
 from sgl_runtime.model_config import ModelConfig
-from sgl_runtime.model_loader import load_model
+from sgl_runtime.model_loader.loader import load_model
 from sgl_runtime.tokenizer_utils import load_tokenizer
 
 
@@ -45,7 +45,7 @@ def test_demo_model_is_deterministic_and_loads(tmp_path):
 
 
 def test_concurrent_first_use_is_safe(tmp_path):
-    code = "import sys; from sgl_runtime.demo_model import get_demo_model_path; print(get_demo_model_path(sys.argv[1]))"
+    code = "import sys; from sgl_runtime.model_loader.demo_model import get_demo_model_path; print(get_demo_model_path(sys.argv[1]))"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
              for _ in range(3)]
     outputs = {p.communicate(timeout=120)[0].strip() for p in procs}

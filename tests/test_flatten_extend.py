@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from model_fixtures import load_for_test, make_tiny_checkpoint
-from sgl_runtime.model_executor.forward_batch import ForwardMode, flat_extra_keys, flatten_extend
+from sgl_runtime.forward_batch import ForwardMode, flat_extra_keys, flatten_extend
 
 
 @pytest.fixture(scope="module")

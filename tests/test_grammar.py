@@ -16,8 +16,8 @@ import pytest
 
 from grammar_oracle import lark_parses, lark_viable
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar import compile_grammar
-from sgl_runtime.constrained.grammar_source import GRAMMAR_DIR, shipped_grammar_names
+from sgl_runtime.constrained.grammar.compiler import compile_grammar
+from sgl_runtime.constrained.grammar.source import GRAMMAR_DIR, shipped_grammar_names
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 JSON_TOKENS = ['{', '}', '[', ']', '"', 'a', '"a"', ':', ',', '1', '12', '1.', '.5', ' ', 'true',
@@ -289,7 +289,7 @@ def test_shipped_grammars_are_installed_as_package_data(tmp_path):
     installed = target / "sgl_runtime" / "grammars"
     assert installed.is_dir() and not installed.is_symlink()
     assert sorted(p.name for p in installed.glob("*.lark")) == sorted(p.name for p in GRAMMAR_DIR.glob("*.lark"))
-    out = subprocess.run([sys.executable, "-c", "from sgl_runtime.constrained.grammar_source import "
+    out = subprocess.run([sys.executable, "-c", "from sgl_runtime.constrained.grammar.source import "
                           "shipped_grammar_names, grammar_text; print(shipped_grammar_names(), len(grammar_text('json')))"],
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
                          check=True, capture_output=True, text=True, timeout=120).stdout

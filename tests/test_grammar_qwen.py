@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from grammar_oracle import lark_parses, lark_viable
-from sgl_runtime.constrained.grammar import compile_grammar
-from sgl_runtime.constrained.grammar_sampling import closer_ids, pick_walk_token
-from sgl_runtime.constrained.grammar_source import GRAMMAR_DIR
+from sgl_runtime.constrained.grammar.compiler import compile_grammar
+from sgl_runtime.constrained.grammar.sampling import closer_ids, pick_walk_token
+from sgl_runtime.constrained.grammar.source import GRAMMAR_DIR
 from sgl_runtime.constrained.vocabulary import Vocabulary
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 STATES = {
     "json": ['', '{"a', '[1.', '{"a": [1, 2], "b": {"c": nu', '[1 '],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
-from sgl_runtime.managers.incremental_detokenizer import IncrementalDetokenizer, trim_stop_string
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.detokenizer.incremental_detokenizer import IncrementalDetokenizer, trim_stop_string
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 
 from json_oracle import DuplicateKey, is_valid, load_exact
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema import schema_to_dfa, schema_to_fsm
-from sgl_runtime.constrained.json_schema_sampling import sample
-from sgl_runtime.constrained.json_schema_serialize import compact_json
+from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa, schema_to_fsm
+from sgl_runtime.constrained.json_schema.sampling import sample
+from sgl_runtime.constrained.json_schema.serialize import compact_json
 
 # (schema, instances): every instance is checked against jsonschema's verdict.
 CASES = [
@@ -254,7 +254,7 @@ def test_numbers_follow_json_grammar():
 
 
 def test_state_bound_gives_clear_error(monkeypatch):
-    import sgl_runtime.constrained.json_schema_automata as automata
+    import sgl_runtime.constrained.json_schema.automata as automata
 
     monkeypatch.setattr(automata, "MAX_STATES", 50)
     with pytest.raises(ConstraintError, match="too large"):
@@ -369,7 +369,7 @@ def test_numeric_const_spellings_follow_json_dumps():
 
 def test_compile_constraint_passes_schema_budget_options():
     from sgl_runtime.constrained import compile_constraint
-    from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+    from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
     tok = load_qwen2_tokenizer()
     schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 40} for i in range(6)}}

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from json_oracle import DuplicateKey, exact, exact_validator, load_exact
-from sgl_runtime.constrained.json_schema import schema_to_dfa
-from sgl_runtime.constrained.json_schema_sampling import sample
-from sgl_runtime.constrained.json_schema_serialize import compact_json
+from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+from sgl_runtime.constrained.json_schema.sampling import sample
+from sgl_runtime.constrained.json_schema.serialize import compact_json
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "benchmarks/schemas"
 SCHEMAS = sorted(SCHEMA_DIR.glob("*.json"))

@@ -55,7 +55,7 @@ def test_suite_labels_agree_with_jsonschema(outcomes):
 
 
 def test_compact_serialisation_orders_keys_by_schema():
-    from sgl_runtime.constrained.json_schema_serialize import compact_json
+    from sgl_runtime.constrained.json_schema.serialize import compact_json
 
     schema = {"properties": {"b": {"properties": {"y": {}, "x": {}}}, "a": {}}}
     text = compact_json({"z": "é", "a": 1, "b": {"x": 1, "y": [1.5]}}, schema)

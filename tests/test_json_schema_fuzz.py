@@ -9,8 +9,8 @@ import pytest
 
 from json_oracle import DuplicateKey, exact_validator, load_exact
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema import schema_to_dfa
-from sgl_runtime.constrained.json_schema_sampling import sample
+from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+from sgl_runtime.constrained.json_schema.sampling import sample
 
 SUITE = Path(__file__).resolve().parents[1].parent / "shared/data/json-schema-test-suite/draft2020-12"
 SAMPLES_PER_SCHEMA = 4

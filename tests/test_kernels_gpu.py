@@ -244,8 +244,8 @@ def test_fused_layers_match_torch_layers(arch, dtype, tolerance, tmp_path, monke
     float32 makes the comparison sharp (the paths agree to ~1e-7; a wiring slip such as leaving k
     unrotated or scaling the MLP by 5% moves the logits by 1e-2 / 4e-3); bfloat16 covers the casts."""
     from model_fixtures import ForwardHarness, make_tiny_checkpoint
-    from sgl_runtime.model_executor.forward_batch import ForwardMode
-    from sgl_runtime.model_loader import load_model
+    from sgl_runtime.forward_batch import ForwardMode
+    from sgl_runtime.model_loader.loader import load_model
 
     overrides = dict(hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=2)
     model = load_model(make_tiny_checkpoint(arch, tmp_path, **overrides), dtype, DEVICE)
@@ -273,7 +273,7 @@ MODEL_CONFIG = {
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from sgl_runtime.demo_tokenizer import get_qwen2_tokenizer_dir
+    from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
 
     path = tmp_path_factory.mktemp("kernel-model")
     (path / "config.json").write_text(json.dumps(MODEL_CONFIG))
@@ -296,7 +296,7 @@ def _runner(model_dir: str, backend: str, cuda_graph: bool):
 def _forward_batch(runner, reqs, decode: bool, last_only: bool = False):
     """reqs: [(row, prefix_len, new token ids)]; allocates slots, fills req_to_token, logits for every
     token (or, `last_only`, each request's last token, as the scheduler asks)."""
-    from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
+    from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
 
     ext = [len(t) for _, _, t in reqs]
     loc = runner.token_to_kv_pool.alloc(sum(ext))

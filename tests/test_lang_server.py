@@ -21,7 +21,7 @@ def backend(server):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
+    from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
     return load_qwen2_tokenizer()
 

@@ -10,7 +10,7 @@ import torch
 from model_fixtures import make_tiny_checkpoint
 from sgl_runtime.layers.rotary_embedding import rope_inv_freq
 from sgl_runtime.model_config import ModelConfig, resolve_dtype, rope_parameters
-from sgl_runtime.model_loader import load_model
+from sgl_runtime.model_loader.loader import load_model
 from sgl_runtime.models.registry import get_model_class
 from sgl_runtime.tokenizer_utils import get_chat_template, get_eos_token_ids, load_tokenizer
 

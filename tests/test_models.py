@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from model_fixtures import ARCH_NAMES, hf_reference_logits, load_for_test, make_tiny_checkpoint
-from sgl_runtime.model_executor.forward_batch import ForwardMode
+from sgl_runtime.forward_batch import ForwardMode
 
 ATOL = 2e-4
 PROMPTS = [[5, 17, 300, 9000, 42, 7, 151000, 3, 99, 1000, 2], [11, 12, 13], [151644, 8948, 198, 2610, 525]]

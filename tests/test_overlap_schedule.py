@@ -1,4 +1,4 @@
-"""Overlap scheduling (managers/overlap.py) changes when the host reads tokens, never which tokens:
+"""Overlap scheduling (scheduler/overlap.py) changes when the host reads tokens, never which tokens:
 outputs, finish reasons and forward-pass counts match --disable-overlap-schedule exactly, across
 every way a request can finish, arrivals mid-decode, aborts and a pool small enough to retract."""
 
@@ -180,7 +180,7 @@ def test_jump_forward_in_overlapped_steps_matches_step_by_step(path, monkeypatch
     """With Scheduler.overlap_jump_forward, forced text joins the chain one step after the token
     that forced it (a mixed step: device ids for some requests, forced tokens for others), and
     outputs, finish reasons and forward-pass counts stay those of step-by-step jump-forward."""
-    from sgl_runtime.managers import overlap
+    from sgl_runtime.scheduler import overlap
 
     mixed_steps = []
     launch = overlap.launch_forward

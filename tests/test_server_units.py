@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_runtime.demo_tokenizer import load_qwen2_tokenizer
-from sgl_runtime.entrypoints.openai_responses import StreamBuilder, completion_logprobs
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+from sgl_runtime.server.openai_responses import StreamBuilder, completion_logprobs
 from sgl_runtime.io_struct import BatchTokenIDOut, GenerateReqInput, ReqTokenOutput
-from sgl_runtime.managers.detokenizer_manager import DetokenizerManager, partial_stop_suffix_len
-from sgl_runtime.managers.generate_request import parse_generate_body, split_generate_request
+from sgl_runtime.detokenizer.detokenizer_manager import DetokenizerManager, partial_stop_suffix_len
+from sgl_runtime.server.generate_request import parse_generate_body, split_generate_request
 from sgl_runtime.sampling_params import InvalidRequestError
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional, Protocol
 
 from sgl_lang.chat_template import PLAIN_TEMPLATE, ChatTemplate
 from sgl_lang.choices import ChoicesDecision, ChoicesSamplingMethod
 from sgl_lang.sampling_params import SglSamplingParams
 
-if TYPE_CHECKING:
-    from sgl_lang.interpreter import StreamExecutor
+
+class StreamExecutor(Protocol):
+    """What a backend reads of the program it serves (interpreter.StreamExecutor)."""
+
+    text_: str
+    messages_: list
+    cur_role: Optional[str]
+    cur_role_begin_pos: Optional[int]
+    num_api_spec_tokens: Optional[int]
 
 
 class BackendError(RuntimeError):

@@ -28,7 +28,7 @@ def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Opti
         raise ConstraintError(f"unknown constraint kind {kind!r}; expected one of {', '.join(KINDS)}")
     vocabulary = Vocabulary.from_tokenizer(resolve_tokenizer(tokenizer), vocab_size, eos_token_ids)
     if kind == "grammar":
-        from sgl_runtime.constrained.grammar import compile_grammar
+        from sgl_runtime.constrained.grammar.compiler import compile_grammar
 
         return compile_grammar(spec, vocabulary, **options)
     max_states = options.pop("max_states", DEFAULT_MAX_STATES)
@@ -72,7 +72,7 @@ def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
             raise ConstraintError(f"json_schema is not valid JSON: {exc}") from None
     if not isinstance(spec, (dict, bool)):
         raise ConstraintError(f"json_schema must be an object or a boolean, got {type(spec).__name__}")
-    from sgl_runtime.constrained.json_schema import schema_to_fsm
+    from sgl_runtime.constrained.json_schema.compiler import schema_to_fsm
 
     return ByteDFA.from_fsm(schema_to_fsm(spec, **options), max_states=max_states)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.forward_batch import ForwardBatch
 
 
 class RadixAttention(nn.Module):

@@ -25,7 +25,7 @@ import time
 import torch
 
 from sgl_runtime.host_to_device import to_device
-from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode, flat_extra_keys, flatten_extend
+from sgl_runtime.forward_batch import ForwardBatch, ForwardMode, flat_extra_keys, flatten_extend
 
 logger = logging.getLogger(__name__)
 

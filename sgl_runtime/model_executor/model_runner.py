@@ -11,7 +11,7 @@ import torch
 
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.model_config import ModelConfig
-from sgl_runtime.model_executor.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class ModelRunner:
     """
 
     def __init__(self, server_args: ServerArgs, model_config: ModelConfig) -> None:
-        from sgl_runtime.model_loader import load_model
+        from sgl_runtime.model_loader.loader import load_model
 
         self.server_args = server_args
         self.model_config = model_config
@@ -201,6 +201,6 @@ def resolve_model_path(model_path: Optional[str]) -> str:
     """The given checkpoint directory, or the built-in demo model when none is given."""
     if model_path is not None:
         return model_path
-    from sgl_runtime.demo_model import get_demo_model_path
+    from sgl_runtime.model_loader.demo_model import get_demo_model_path
 
     return get_demo_model_path()

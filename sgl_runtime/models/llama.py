@@ -19,7 +19,7 @@ from sgl_runtime.layers.layernorm import RMSNorm
 from sgl_runtime.layers.radix_attention import RadixAttention
 from sgl_runtime.layers.rotary_embedding import RotaryEmbedding
 from sgl_runtime.model_config import head_dim_of, rope_parameters
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.forward_batch import ForwardBatch
 
 
 @dataclass(frozen=True)

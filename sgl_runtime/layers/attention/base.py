@@ -6,7 +6,7 @@ import abc
 
 import torch
 
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.forward_batch import ForwardBatch
 
 
 class AttentionBackend(abc.ABC):

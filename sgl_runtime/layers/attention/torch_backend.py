@@ -6,7 +6,7 @@ import torch
 from torch.nn import functional as F
 
 from sgl_runtime.layers.attention.base import AttentionBackend
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.forward_batch import ForwardBatch
 
 
 class TorchAttentionBackend(AttentionBackend):

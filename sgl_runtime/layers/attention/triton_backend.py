@@ -14,7 +14,7 @@ from sgl_runtime.kernels.decode_attention import DecodeWorkspace, decode_attenti
 from sgl_runtime.kernels.extend_attention import extend_attention
 from sgl_runtime.kernels.store_kv import store_kv
 from sgl_runtime.layers.attention.base import AttentionBackend
-from sgl_runtime.model_executor.forward_batch import ForwardBatch
+from sgl_runtime.forward_batch import ForwardBatch
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""Lark grammars as constraints: exact token masks for a context-free grammar.
+
+`compile_grammar(spec, vocabulary, **options) -> GrammarConstraint`, where `spec` is a
+shipped grammar's name (grammars/*.lark: json, arithmetic, sql) or lark grammar text. The
+language is what `lark.Lark(text, parser="lalr").parse` accepts (contextual lexer), with each
+ignored token (e.g. WS) at most `max_ignore_bytes` bytes long and at most `max_ignored_run`
+ignored tokens in a row, so a model cannot loop on blanks. A token is allowed iff the text
+with it can still be completed to a sentence (see grammar_engine for the one assumption);
+EOS iff the text is a sentence. Options: start (rule name), max_ignore_bytes (32),
+max_ignored_run (4), warmup_s (1.0: time spent at compile, i.e. in the compile worker, building
+lexer contexts and vocabulary walks that masks would otherwise build on first use).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Optional
+
+import numpy as np
+
+from sgl_runtime.constrained.constraint import Constraint
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, GrammarCompletion
+from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
+from sgl_runtime.constrained.grammar.forced import ForcedTokens
+from sgl_runtime.constrained.grammar.source import build_lark, grammar_text
+from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
+from sgl_runtime.constrained.matcher import Matcher
+from sgl_runtime.constrained.vocabulary import Vocabulary
+
+_OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run", "warmup_s"}
+
+
+def compile_grammar(spec: str, vocabulary: Vocabulary, **options: Any) -> "GrammarConstraint":
+    """A constraint for a shipped grammar's name or inline lark text (ConstraintError if bad)."""
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise ConstraintError(f"unknown grammar option(s): {', '.join(sorted(unknown))}")
+    return GrammarConstraint(spec, vocabulary, **options)
+
+
+class GrammarConstraint(Constraint):
+    """A compiled lark grammar over one vocabulary; masks cached per grammar state."""
+
+    def __init__(self, spec: str, vocabulary: Vocabulary, start: str = "start",
+                 max_ignore_bytes: int = 32, max_ignored_run: int = 4, warmup_s: float = 1.0,
+                 mask_cache_size: int = 512) -> None:
+        self.spec = spec
+        self.vocabulary = vocabulary
+        self.lark = build_lark(grammar_text(spec), start)
+        self.engine = GrammarEngine(self.lark, start, max_ignore_bytes, max_ignored_run)
+        self.table = TokenTable(vocabulary.token_bytes)
+        self.masks = MaskBuilder(self.engine, self.table)
+        self.forced = ForcedTokens(self)
+        self.completion = GrammarCompletion(self)
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_size = mask_cache_size
+        self._lock = threading.RLock()
+        self._eos = np.array(vocabulary.eos_token_ids, dtype=np.int64)
+        self._warm_up(warmup_s)
+
+    def accepts(self, text: str) -> bool:
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        with self._lock:
+            state = self.engine.feed(self.engine.initial, data)
+            return state is not None and self.engine.at_eof(state)
+
+    def matcher(self) -> "GrammarMatcher":
+        return GrammarMatcher(self, self.engine.initial)
+
+    def bitmask(self, state: GrammarState) -> np.ndarray:
+        """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
+        with self._lock:
+            mask = self._cache.get(state)
+            if mask is not None:
+                self._cache.move_to_end(state)
+                return mask
+            mask = self.masks.mask(state)
+            if self._eos.size and self.engine.at_eof(state):
+                _set_bits(mask, self._eos)
+            mask.flags.writeable = False
+            self._cache[state] = mask
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            return mask
+
+    def step(self, state: GrammarState, token_id: int) -> Optional[GrammarState]:
+        """The state after a non-EOS token, or None if the token is not allowed there."""
+        data = self.vocabulary.token_bytes[token_id] if 0 <= token_id < self.vocabulary.size else None
+        if not data:
+            return None
+        with self._lock:
+            nxt = self.engine.feed(state, data)
+            return nxt if nxt is not None and self.engine.viable(nxt) else None
+
+    def eos_only_mask(self) -> np.ndarray:
+        mask = np.zeros(self.vocabulary.num_words, dtype=np.int32)
+        _set_bits(mask, self._eos)
+        return mask
+
+    def _warm_up(self, seconds: float) -> None:
+        """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""
+        deadline = time.perf_counter() + seconds
+        for ctx in self.engine.build_contexts(deadline):
+            if time.perf_counter() > deadline:
+                break
+            self.masks.warm(ctx)
+
+    def __repr__(self) -> str:
+        name = self.spec if len(self.spec) < 40 else self.spec[:37] + "..."
+        return f"GrammarConstraint({name!r})"
+
+
+class GrammarMatcher(Matcher):
+    """Cursor over a grammar constraint: an immutable grammar state plus an EOS flag."""
+
+    __slots__ = ("constraint", "state", "finished", "budget", "consumed", "plan")
+
+    def __init__(self, constraint: GrammarConstraint, state: GrammarState, finished: bool = False) -> None:
+        self.constraint = constraint
+        self.state = state
+        self.finished = finished
+        self.budget: Optional[int] = None
+        self.consumed = 0
+        self.plan: Optional[list[int]] = None  # forced completion tokens once the budget is tight
+
+    def bitmask(self) -> np.ndarray:
+        if self.finished:
+            return self.constraint.eos_only_mask()
+        plan = self._budget_plan()
+        if plan is not None:
+            return self._plan_mask(plan)
+        return self.constraint.bitmask(self.state)
+
+    def _budget_plan(self) -> Optional[list[int]]:
+        """The completion to force now that few tokens are left (None: no restriction)."""
+        if self.plan is not None or self.budget is None:
+            return self.plan
+        remaining = self.budget - self.consumed
+        if remaining > CHECK_TOKENS:
+            return None
+        with self.constraint._lock:
+            plan = self.constraint.completion.tokens(self.state)
+        if plan is None or len(plan) + MARGIN < remaining or len(plan) > remaining:
+            return None  # room left, or no completion fits (best prefix)
+        self.plan = plan
+        return plan
+
+    def _plan_mask(self, plan: list[int]) -> np.ndarray:
+        c = self.constraint
+        mask = np.zeros(c.vocabulary.num_words, dtype=np.int32)
+        _set_bits(mask, np.array(plan[:1], dtype=np.int64))
+        if not plan or self.is_accepting():
+            _set_bits(mask, c._eos)
+        return mask
+
+    def advance(self, token_id: int) -> None:
+        c = self.constraint
+        if self.finished:
+            raise ConstraintError(f"token {token_id} after the grammar's end (EOS already consumed)")
+        if token_id in c.vocabulary.eos_token_ids:
+            if not self.is_accepting():
+                raise ConstraintError(f"EOS token {token_id} before the text is a sentence of the grammar")
+            self.finished = True
+            return
+        nxt = c.step(self.state, token_id)
+        if nxt is None:
+            data = c.vocabulary.token_bytes[token_id] if 0 <= token_id < c.vocabulary.size else None
+            raise ConstraintError(f"token {token_id} ({data!r}) is not allowed by the grammar here")
+        self.state = nxt
+        self.consumed += 1
+        if self.plan is not None:
+            self.plan = self.plan[1:] if self.plan[:1] == [token_id] else None
+
+    def is_accepting(self) -> bool:
+        if self.finished:
+            return True
+        with self.constraint._lock:
+            return self.constraint.engine.at_eof(self.state)
+
+    def is_terminated(self) -> bool:
+        if self.finished:
+            return True
+        if not self.is_accepting():
+            return False
+        mask = self.bitmask() & ~self.constraint.eos_only_mask()
+        return not mask.any()
+
+    def forced_token_ids(self) -> list[int]:
+        if self.finished:
+            return []
+        plan = self._budget_plan()
+        if plan:
+            return list(plan)  # the budget forces the whole completion
+        ids = self.constraint.forced.token_ids(self.state)
+        if ids and self.budget is not None and self.budget - self.consumed <= CHECK_TOKENS:
+            state = self.state
+            for i in ids:
+                state = self.constraint.step(state, i)
+            with self.constraint._lock:
+                after = self.constraint.completion.tokens(state)
+            if after is not None and len(after) > self.budget - self.consumed - len(ids):
+                return []  # too long for the budget: the planned completion is forced instead
+        return ids
+
+    def forced_string(self) -> str:
+        """The forced continuation text from here ('' if none)."""
+        return "" if self.finished else self.constraint.forced.string(self.state)
+
+    def copy(self) -> "GrammarMatcher":
+        twin = GrammarMatcher(self.constraint, self.state, self.finished)
+        twin.budget, twin.consumed, twin.plan = self.budget, self.consumed, self.plan
+        return twin
+
+
+def _set_bits(mask: np.ndarray, ids: np.ndarray) -> None:
+    for i in ids.tolist():
+        mask[i // 32] |= np.uint32(1 << (i % 32)).view(np.int32)

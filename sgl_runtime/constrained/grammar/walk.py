@@ -1,0 +1,253 @@
+"""Token masks for a grammar state: all vocabulary tokens walked at once through the lexer.
+
+A *run* pushes a set of (token, byte offset) rows through one lexer context's product
+automaton, one byte column at a time with numpy, from a product state. Each row ends INSIDE
+the current token (grouped by final state), closes a token (grouped by type and where it
+ended), or dies. Runs depend only on (rows, context, product state, tail length), never on
+the parser stack, so they are cached and shared (row sets are keyed by content); the parser only decides, per group, which
+closed types it accepts (and the stack to continue the closed groups' remainders from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
+from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
+
+PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
+STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
+
+
+class TokenTable:
+    """Token byte strings as one flat uint8 buffer (the rows a run walks)."""
+
+    def __init__(self, token_bytes: list) -> None:
+        self.size = len(token_bytes)
+        self.num_words = (self.size + 31) // 32
+        lens = np.array([len(b) if b else 0 for b in token_bytes], dtype=np.int64)
+        self.lens = lens
+        self.starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        self.flat = np.frombuffer(b"".join(b or b"" for b in token_bytes) + b"\0", dtype=np.uint8)
+        self.all_rows = np.nonzero(lens > 0)[0].astype(np.int64)
+        self.token_bytes = token_bytes
+        first = self.flat[self.starts[self.all_rows]]
+        order = np.argsort(first, kind="stable")
+        self._by_first = self.all_rows[order]  # all rows grouped by first byte
+        self._first_bounds = np.searchsorted(first[order], np.arange(257))
+
+    def rows_starting_with(self, byte_ok: np.ndarray) -> np.ndarray:
+        """All non-empty tokens whose first byte b has byte_ok[b] (bool [256])."""
+        bounds = self._first_bounds
+        parts = [self._by_first[bounds[b]:bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def pack(self, ids: np.ndarray) -> np.ndarray:
+        """Packed int32 bitmask [num_words] with the bits of `ids` set."""
+        flags = np.zeros(self.num_words * 32, dtype=bool)
+        flags[ids] = True
+        return np.packbits(flags, bitorder="little").view("<u4").astype(np.int32)
+
+
+@dataclass
+class Group:
+    key: tuple
+    rows: np.ndarray
+    offs: Optional[np.ndarray]
+    la: Optional[np.ndarray] = None
+    packed: Optional[np.ndarray] = None
+
+
+@dataclass
+class Run:
+    inside: list = field(default_factory=list)  # [(final product state, Group)]
+    closes: list = field(default_factory=list)  # [(closed type, ended in tail?, Group)]
+
+
+def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
+         rows: np.ndarray, offs: np.ndarray) -> Run:
+    """Push every row through `ctx` from product state `x0` (see the module docstring)."""
+    rem = table.lens[rows] - offs
+    order = np.argsort(-rem.astype(np.int32), kind="stable")  # longest first: finished rows trail
+    rows, offs, rem = rows[order], offs[order], rem[order]
+    neg_rem = -rem
+    idx = np.arange(len(rows))  # [A] the active rows' positions, kept sorted by rem
+    base = table.starts[rows] + offs
+    st = np.full(len(rows), x0, dtype=np.int64)
+    la = np.full(len(rows), -tail_len, dtype=np.int64)
+    code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+    inside, closes = [], []
+    j = 0
+    while idx.size:
+        alive = int(np.searchsorted(neg_rem[idx], -j, side="left"))  # rows with bytes left
+        if alive < idx.size:
+            inside.append((idx[alive:], st[alive:], la[alive:]))
+            idx, base, st, la = idx[:alive], base[:alive], st[:alive], la[:alive]
+            if not alive:
+                break
+        flat_i = st * 256 + table.flat[base + j]
+        code = code_flat[flat_i]
+        go = code <= ACCEPT
+        if not go.all():
+            closing = ~go & (code != DEAD)
+            if closing.any():
+                closes.append((idx[closing], ctype_flat[flat_i[closing]],
+                               np.where(code[closing] == CLOSE_HERE, j + 1, la[closing])))
+            idx, base, la, flat_i, code = idx[go], base[go], la[go], flat_i[go], code[go]
+        st = nxt_flat[flat_i].astype(np.int64)
+        la[code == ACCEPT] = j + 1
+        j += 1
+    run = Run()
+    if inside:
+        _group_inside(run, ctx, *(np.concatenate(x) for x in zip(*inside)), rows, offs, table)
+    if closes:
+        _group_closes(run, *(np.concatenate(x) for x in zip(*closes)), rows, offs, table)
+    return run
+
+
+def _split(keys: np.ndarray):
+    """(key, positions) for each distinct key, by one stable sort."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    for part in np.split(order, cuts):
+        yield int(keys[part[0]]), part
+
+
+def _group_inside(run: Run, ctx: LexerContext, idx, final, la, rows, offs, table: TokenTable) -> None:
+    for s, part in _split(final):
+        sel = idx[part]
+        g = Group(("in", s), rows[sel].astype(np.int32), None)
+        if ctx.winner[s] >= 0 and not ctx.at_accept[s]:
+            g.offs, g.la = offs[sel], la[part]  # kept only where the tail may be lexed again
+        if len(sel) >= PACK_THRESHOLD:
+            g.packed = table.pack(g.rows)
+        run.inside.append((s, g))
+
+
+def _group_closes(run: Run, idx, types, ends, rows, offs, table: TokenTable) -> None:
+    in_tail = ends < 0
+    for k, part in _split(types.astype(np.int64) * 2 + in_tail):
+        t, tail_flag = k // 2, bool(k % 2)
+        sel = idx[part]
+        new_rows = rows[sel].astype(np.int64)
+        new_offs = (offs[sel] if tail_flag else offs[sel] + ends[part]).astype(np.int64)
+        run.closes.append((t, tail_flag, _close_group(new_rows, new_offs, table)))
+
+
+def _close_group(rows: np.ndarray, offs: np.ndarray, table: TokenTable) -> Group:
+    """A group of closed rows; a large one of whole tokens keeps its packed bitmask."""
+    g = Group(_content_key(rows, offs), rows, offs)
+    if len(rows) >= PACK_THRESHOLD and not offs.any():
+        g.packed = table.pack(rows)
+    return g
+
+
+def _content_key(rows: np.ndarray, offs: np.ndarray) -> tuple:
+    """A key naming a row set by content, so equal remainders share runs across parents (e.g.
+    every token that starts with a blank, after whichever token that blank closed)."""
+    digest = hashlib.blake2b(rows.tobytes(), digest_size=16)
+    digest.update(offs.tobytes())
+    return ("rows", digest.digest())
+
+
+class MaskBuilder:
+    """Exact allowed-token bitmasks of grammar states, with shared cached runs."""
+
+    def __init__(self, engine: GrammarEngine, table: TokenTable, max_runs: int = 4096) -> None:
+        self.engine = engine
+        self.table = table
+        self._runs: OrderedDict = OrderedDict()
+        self._max_runs = max_runs
+        self._masks: OrderedDict = OrderedDict()
+
+    def mask(self, state: GrammarState) -> np.ndarray:
+        """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
+        ids: list = []
+        packed: list = []
+        self._collect(state, ("all",), None, None, ids, packed)
+        out = self.table.pack(np.concatenate(ids)) if ids else np.zeros(self.table.num_words, np.int32)
+        for p in packed:
+            out |= p
+        return out
+
+    def warm(self, ctx: LexerContext) -> None:
+        """Walk the vocabulary from `ctx`'s token start ahead of use (the commonest first visit)."""
+        start = GrammarState((), 0, ctx.initial, b"")
+        self._run(ctx, start, ("all",), None, None)
+
+    # ---- private ----------------------------------------------------------------------------
+
+    def _collect(self, state: GrammarState, rows_key, rows, offs, ids: list, packed: list) -> None:
+        engine = self.engine
+        ctx = engine.context(state.stack)
+        run = self._run(ctx, state, rows_key, rows, offs)
+        allowed = engine.allowed_bits(state.stack, state.ignored)
+        for s, g in run.inside:
+            if ctx.possible[s] & allowed or (ctx.is_fresh(s) and engine.parser.accepts_end(state.stack)):
+                if g.packed is not None:
+                    packed.append(g.packed)
+                else:
+                    ids.append(g.rows)
+            elif ctx.winner[s] >= 0 and not ctx.at_accept[s] and not ctx.is_fresh(s):
+                ids.append(self._pending_rows(state, s, g))
+        for t, in_tail, g in run.closes:
+            closed = engine.close(state.stack, state.ignored, t)
+            if closed is None:
+                continue
+            nxt = GrammarState(closed[0], closed[1], engine.context(closed[0]).initial, b"")
+            if in_tail:
+                nxt = engine.feed(nxt, state.tail)
+                if nxt is None:
+                    continue
+            if g.packed is not None:  # whole tokens: the next state's own mask, restricted
+                packed.append(self._state_mask(nxt) & g.packed)
+            else:
+                self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
+
+    def _state_mask(self, state: GrammarState) -> np.ndarray:
+        """`mask(state)`, cached per state (whole-token groups of many parents share it)."""
+        mask = self._masks.get(state)
+        if mask is None:
+            mask = self._masks[state] = self.mask(state)
+            if len(self._masks) > STATE_MASKS:
+                self._masks.popitem(last=False)
+        else:
+            self._masks.move_to_end(state)
+        return mask
+
+    def _run(self, ctx: LexerContext, state: GrammarState, rows_key, rows, offs) -> Run:
+        key = (rows_key, id(ctx), state.lex, len(state.tail))
+        run = self._runs.get(key)
+        if run is None:
+            if rows is None:
+                run = self._run_all(ctx, state)
+            else:
+                run = walk(self.table, ctx, state.lex, len(state.tail), rows, offs)
+            self._runs[key] = run
+            if len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(key)
+        return run
+
+    def _run_all(self, ctx: LexerContext, state: GrammarState) -> Run:
+        """All tokens, less those whose first byte is dead from here."""
+        rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
+        return walk(self.table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
+
+    def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
+        """Rows ending after the winner's last accept: decide each by closing there (rare)."""
+        keep = []
+        for row, off, la in zip(g.rows.tolist(), g.offs.tolist(), g.la.tolist()):
+            text = state.tail + self.table.token_bytes[row][off:]
+            tail = text[len(state.tail) + la:]
+            probe = GrammarState(state.stack, state.ignored, s, tail)
+            if self.engine.viable(probe):
+                keep.append(row)
+        return np.array(keep, dtype=np.int64)

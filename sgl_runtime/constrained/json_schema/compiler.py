@@ -1,0 +1,326 @@
+"""JSON Schema (draft 2020-12) to a character-level FSM accepting exactly the compact JSON
+serialisations of valid instances, or a ConstraintError naming what cannot be compiled.
+
+Serialisation accepted: no whitespace (unless `whitespace` allows a bounded amount), strings
+in canonical `json.dumps(ensure_ascii=False)` escaping, numbers in plain decimal notation (no
+exponent), object keys declared in `properties` first in the schema's order, other keys after
+them in any order. Within that language the FSM is exact: every accepted string is valid, and
+valid instances are rejected only where documented (free-form values nested deeper than
+`max_nesting_depth`, `$ref` recursion deeper than `max_recursion_depth`, format subsets).
+
+Objects with duplicate keys have no JSON Schema meaning and are outside these semantics: the
+FSM never repeats a key the schema names, but free-form parts (extra keys of an object that
+allows them) may repeat a key, and a complement (`not`, `oneOf`, `if`, dependentSchemas)
+does not see through such repetitions.
+
+allOf, oneOf, not and if/then/else use DFA intersection, difference and complement. A schema
+under `not` (or a `oneOf` branch, or an `if`) is compiled in *exact* mode, where every named
+key may appear in any order and formats are annotations, so that its complement is exact.
+
+`$dynamicRef` follows the dynamic scope (the resources entered on the way, outermost first).
+`lenient=True` ignores unsupported keywords (uniqueItems, case splits of unevaluated* that are
+too large, $recursiveRef) instead of raising; the FSM may then accept what they reject.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from interegular.fsm import FSM
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.arrays import array_dfa
+from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
+from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
+from sgl_runtime.constrained.json_schema.formats import format_content
+from sgl_runtime.constrained.json_schema.numbers import number_dfa
+from sgl_runtime.constrained.json_schema.objects import object_dfa
+from sgl_runtime.constrained.json_schema.refs import RefResolver
+from sgl_runtime.constrained.json_schema.strings import string_dfa
+from sgl_runtime.constrained.json_schema.unevaluated import IN_PLACE, needs_case_split, unevaluated_constraint
+from sgl_runtime.constrained.json_schema.values import (
+    EXACT, FREE_ORDER, NORMAL, Tokens, count_keyword, json_type_of,
+)
+
+__all__ = ["schema_to_fsm", "schema_to_dfa", "ConstraintError"]
+
+ALL_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+TYPE_KEYWORDS = {
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
+              "uniqueItems"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "dependentRequired"),
+}
+UNSUPPORTED = ("$recursiveRef",)
+
+
+def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> FSM:
+    """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
+
+    whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
+    lenient: ignore unsupported keywords instead of raising ConstraintError.
+    max_recursion_depth: how many times a recursive $ref is unrolled along one path.
+    max_nesting_depth: free-form values (no structural constraints) nest containers this deep.
+    max_work_states: bound on all automaton states built while compiling (bounds compile time).
+    """
+    return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
+                                        max_recursion_depth=max_recursion_depth,
+                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states))
+
+
+def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> Dfa:
+    """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
+    tokens = _tokens(whitespace)
+    with work_budget(max_work_states):
+        try:
+            compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
+            return compiler.compile(schema, 0, NORMAL)
+        except RecursionError:
+            raise ConstraintError("json_schema: schema nested too deeply to compile") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _tokens(whitespace) -> Tokens:
+    return Tokens(whitespace)
+
+
+class _Compiler:
+    def __init__(self, root, tokens: Tokens, lenient: bool, max_recursion_depth: int, max_nesting_depth: int):
+        self.tokens = tokens
+        self.lenient = lenient
+        self.max_recursion = max_recursion_depth
+        self.max_depth = max_nesting_depth
+        self.refs = RefResolver(root)
+        self.ref_counts: dict[int, int] = {}
+        self.cache: dict = {}
+        self.scope: list[str] = []  # dynamic scope: base URIs of the resources entered, outermost first
+        self.dynamic = '"$dynamicRef"' in json.dumps(root)
+        self.synthesized: list = []
+
+    def unsupported(self, keyword: str, why: str) -> None:
+        if not self.lenient:
+            raise ConstraintError(f"{keyword}: unsupported ({why})")
+
+    def any(self, level: int) -> Dfa:
+        return self.tokens.any_value(self.max_depth - level)
+
+    def compile(self, schema, level: int, mode: int) -> Dfa:
+        """The language of `schema` for a value at nesting `level` (mode: NORMAL, FREE_ORDER or EXACT)."""
+        if schema is True:
+            return self.any(level)
+        if schema is False:
+            return EMPTY
+        if not isinstance(schema, dict):
+            raise ConstraintError(f"schema must be an object or a boolean, got {schema!r}")
+        base = self.refs.base(schema)
+        entered = not self.scope or self.scope[-1] != base
+        if entered:
+            self.scope.append(base)
+        try:
+            key = (id(schema), min(level, self.max_depth), mode, tuple(sorted(self.ref_counts.items())),
+                   tuple(self.scope) if self.dynamic else None)
+            if key not in self.cache:
+                self.cache[key] = (schema, self._compile(schema, level, mode))
+            return self.cache[key][1]
+        finally:
+            if entered:
+                self.scope.pop()
+
+    def _compile(self, schema: dict, level: int, mode: int) -> Dfa:
+        self._check_unsupported(schema)
+        if _contributors(schema) >= 2:
+            mode = max(mode, FREE_ORDER)  # several schemas constrain the same object's keys
+        parts = [self._unevaluated(schema, level, mode)] if needs_case_split(schema) else []  # fails fast
+        parts.append(self._values(schema, level, mode))
+        parts += [self.compile(s, level, mode) for s in _schema_list(schema, "allOf")]
+        if "anyOf" in schema:
+            parts.append(union(*(self.compile(s, level, mode) for s in _schema_list(schema, "anyOf"))))
+        if "oneOf" in schema:
+            parts.append(self._one_of(_schema_list(schema, "oneOf"), level, mode))
+        if "not" in schema:
+            parts.append(difference(self.any(level), self.compile(schema["not"], level, EXACT)))
+        if "if" in schema:
+            parts.append(self._if_then_else(schema, level, mode))
+        if "$ref" in schema:
+            parts.append(self._ref(schema, level, mode))
+        if "$dynamicRef" in schema:
+            parts.append(self._ref(schema, level, mode, keyword="$dynamicRef"))
+        if "dependentSchemas" in schema:
+            parts.append(self._dependent_schemas(schema["dependentSchemas"], level, mode))
+        free = self.any(level)  # depth-bounded: only for values nothing else constrains
+        parts = [p for p in parts if p is not free] or [free]
+        parts.sort(key=lambda d: d.num_states)
+        result = parts[0]
+        for part in parts[1:]:
+            result = intersect(result, part)
+        return result
+
+    def _check_unsupported(self, schema: dict) -> None:
+        for kw in UNSUPPORTED:
+            if kw in schema:
+                self.unsupported(kw, "not a regular constraint")
+
+    # ----------------------------------------------------------------- types and values
+    def _values(self, schema: dict, level: int, mode: int) -> Dfa:
+        types = _types(schema)
+        has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or \
+            any(k in schema for k in ("unevaluatedProperties", "unevaluatedItems"))
+        if "const" in schema or "enum" in schema:
+            values = [schema["const"]] if "const" in schema else schema["enum"]
+            if not isinstance(values, list):
+                raise ConstraintError("enum: expected a list")
+            values = [v for v in values if _type_allowed(json_type_of(v), types)]
+            lit = union(*(self.tokens.literal_value(v, exact=mode == EXACT) for v in values))
+            if not has_type_keywords:
+                return lit
+            return intersect(lit, self._typed(schema, types, level, mode))
+        if types == ALL_TYPES and not has_type_keywords:
+            return self.any(level)
+        return self._typed(schema, types, level, mode)
+
+    def _typed(self, schema: dict, types: tuple, level: int, mode: int) -> Dfa:
+        parts = []
+        if "null" in types:
+            parts.append(literal("null"))
+        if "boolean" in types:
+            parts.append(union(literal("true"), literal("false")))
+        if "number" in types or "integer" in types:
+            parts.append(number_dfa("number" not in types, schema))
+        if "string" in types:
+            parts.append(self._string(schema, mode))
+        budget = self.max_depth - level
+        if "array" in types:
+            arr = _with_unevaluated(schema, "unevaluatedItems", "items")
+            free = not any(k in arr for k in TYPE_KEYWORDS["array"])
+            parts.append(self.tokens.any_array(budget) if free else array_dfa(self, arr, level, mode))
+        if "object" in types:
+            obj = _with_unevaluated(schema, "unevaluatedProperties", "additionalProperties")
+            free = not any(k in obj for k in TYPE_KEYWORDS["object"])
+            parts.append(self.tokens.any_object(budget) if free else object_dfa(self, obj, level, mode))
+        return union(*parts)
+
+    def _string(self, schema: dict, mode: int) -> Dfa:
+        patterns = schema.get("pattern")
+        if patterns is not None and not isinstance(patterns, str):
+            raise ConstraintError("pattern: expected a string")
+        extra = ()
+        fmt = schema.get("format")
+        if fmt is not None and mode != EXACT:
+            content = format_content(fmt) if isinstance(fmt, str) else None
+            extra = (content,) if content is not None else ()
+        return string_dfa(count_keyword(schema, "minLength", 0), count_keyword(schema, "maxLength", None),
+                          (patterns,) if patterns is not None else (), extra, mode == EXACT)
+
+    # ----------------------------------------------------------------- applicators
+    def _one_of(self, schemas: list, level: int, mode: int) -> Dfa:
+        exacts = [self.compile(s, level, EXACT) for s in schemas]
+        if mode == EXACT:
+            return exactly_one(*exacts)
+        parts = []
+        for i, s in enumerate(schemas):
+            others = exacts[:i] + exacts[i + 1:]
+            parts.append(difference(self.compile(s, level, mode), *others))
+        return union(*parts)
+
+    def _if_then_else(self, schema: dict, level: int, mode: int) -> Dfa:
+        cond_exact = self.compile(schema["if"], level, EXACT)
+        cond = cond_exact if mode == EXACT else self.compile(schema["if"], level, mode)
+        then = self.compile(schema.get("then", True), level, mode)
+        other = self.compile(schema.get("else", True), level, mode)
+        return union(intersect(cond, then), intersect(difference(self.any(level), cond_exact), other))
+
+    def _dependent_schemas(self, deps, level: int, mode: int) -> Dfa:
+        """Objects with key k must also match deps[k]: (no k) | (has k & deps[k]), k by k."""
+        if not isinstance(deps, dict):
+            raise ConstraintError("dependentSchemas: expected an object")
+        parts = []
+        for key, sub in deps.items():
+            has_key = self.compile(self.keep({"type": "object", "required": [key]}), level, EXACT)
+            parts.append(union(difference(self.any(level), has_key),
+                               intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER)))))
+        return intersect(*parts) if parts else self.any(level)
+
+    def _unevaluated(self, schema: dict, level: int, mode: int) -> Dfa:
+        try:
+            return unevaluated_constraint(self, schema, level, mode)
+        except ConstraintError as exc:
+            self.unsupported("unevaluatedProperties/unevaluatedItems", str(exc))
+            return self.any(level)
+
+    def keep(self, schema: dict) -> dict:
+        """Keeps a synthesized schema alive for the compile cache (keyed by id)."""
+        self.synthesized.append(schema)
+        return schema
+
+    def _ref(self, schema: dict, level: int, mode: int, keyword: str = "$ref") -> Dfa:
+        ref = schema[keyword]
+        if not isinstance(ref, str):
+            raise ConstraintError(f"{keyword}: expected a string")
+        if keyword == "$dynamicRef":
+            target = self.refs.resolve_dynamic(ref, schema, self.scope)
+        else:
+            target = self.refs.resolve(ref, schema)
+        key = id(target)
+        depth = self.ref_counts.get(key, 0)
+        if depth >= self.max_recursion:
+            if mode == EXACT:
+                raise ConstraintError(f"$ref: recursion through {ref!r} deeper than max_recursion_depth "
+                                      "cannot be negated exactly")
+            return EMPTY
+        self.ref_counts[key] = depth + 1
+        try:
+            return self.compile(target, level, mode)
+        finally:
+            if depth:
+                self.ref_counts[key] = depth
+            else:
+                del self.ref_counts[key]
+
+
+def _contributors(schema: dict) -> int:
+    """How many subschemas (own keywords included) may constrain the same object's key order."""
+    own = any(k in schema for k in TYPE_KEYWORDS["object"])
+    applicators = sum(k in schema for k in ("anyOf", "oneOf", "if", "$ref", "$dynamicRef", "dependentSchemas"))
+    applicators += "if" in schema and ("then" in schema or "else" in schema)  # `if` and its branch
+    all_of = schema.get("allOf")
+    return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
+
+
+def _schema_list(schema: dict, keyword: str) -> list:
+    value = schema[keyword] if keyword in schema else []
+    if not isinstance(value, list) or (keyword in schema and not value):
+        raise ConstraintError(f"{keyword}: expected a non-empty list of schemas")
+    return value
+
+
+def _types(schema: dict) -> tuple:
+    declared = schema.get("type")
+    if declared is None:
+        return ALL_TYPES
+    names = [declared] if isinstance(declared, str) else declared
+    if not isinstance(names, list) or any(n not in ALL_TYPES for n in names):
+        raise ConstraintError(f"type: invalid value {declared!r}")
+    return tuple(t for t in ALL_TYPES if t in names)
+
+
+def _type_allowed(value_type: str, types: tuple) -> bool:
+    return value_type in types or (value_type == "integer" and "number" in types)
+
+
+def _with_unevaluated(schema: dict, keyword: str, local: str) -> dict:
+    """unevaluated* without in-place applicators acts like its local counterpart."""
+    if needs_case_split(schema):
+        return schema
+    if keyword in schema and schema[keyword] is not True and local not in schema:
+        return {**schema, local: schema[keyword]}
+    return schema

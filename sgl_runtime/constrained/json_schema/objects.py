@@ -1,0 +1,196 @@
+"""Object schemas as DFAs: properties (in schema order), required, additionalProperties,
+patternProperties, propertyNames, dependentRequired and min/maxProperties.
+
+Keys declared in `properties` come first, in the schema's order; every other key (extra keys,
+required keys without a `properties` entry, keys named by dependentRequired) follows in any
+order. In exact mode (used under `not`/`oneOf`/`if`) every named key may appear in any order, so
+the language is exactly the set of valid objects (without duplicate keys).
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.automata import Dfa, literal
+from sgl_runtime.constrained.json_schema.ops import Nfa, concat, difference, intersect
+from sgl_runtime.constrained.json_schema.strings import (
+    any_content, encode_content, literals_dfa, pattern_content, string_dfa, string_literal,
+)
+from sgl_runtime.constrained.json_schema.values import EXACT, FREE_ORDER, count_keyword
+
+MAX_TRACKED_KEYS = 8  # exact mode: keys accepted in any order (2**n seen-sets)
+MAX_FREE_ORDER_KEYS = 4  # normal mode: beyond this, undeclared required keys go in `required` order
+MAX_PATTERN_PROPERTIES = 3
+
+
+def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
+    """The compact serialisations of objects valid under the object keywords of `schema`."""
+    spec = _ObjectSpec(comp, schema, level, mode)
+    return spec.body()
+
+
+def _get(schema: dict, key: str, kind, default):
+    value = schema.get(key, default)
+    if not isinstance(value, kind):
+        raise ConstraintError(f"{key}: invalid value {value!r}")
+    return value
+
+
+class _ObjectSpec:
+    def __init__(self, comp, schema: dict, level: int, mode: int) -> None:
+        self.comp, self.level, self.mode = comp, level, mode
+        exact = mode == EXACT
+        self.props = _get(schema, "properties", dict, {})
+        self.required = list(dict.fromkeys(_get(schema, "required", list, [])))
+        self.additional = schema.get("additionalProperties", True)
+        self.patterns = _get(schema, "patternProperties", dict, {})
+        self.deps = _get(schema, "dependentRequired", dict, {})
+        if any(not isinstance(v, list) or not all(isinstance(x, str) for x in v) for v in self.deps.values()):
+            raise ConstraintError("dependentRequired: each value must be a list of property names")
+        if not all(isinstance(k, str) for k in self.required):
+            raise ConstraintError("required: expected a list of property names")
+        self.min_props = count_keyword(schema, "minProperties", 0)
+        self.max_props = count_keyword(schema, "maxProperties", None)
+        names = schema.get("propertyNames")
+        self.names = None if names is None else intersect(comp.compile(names, level + 1, mode), string_dfa())
+        if len(self.patterns) > MAX_PATTERN_PROPERTIES:
+            raise ConstraintError(f"patternProperties: at most {MAX_PATTERN_PROPERTIES} patterns are supported")
+        dep_keys = set(self.deps) | {k for v in self.deps.values() for k in v}
+        named = list(self.props) + [k for k in self.required + sorted(dep_keys) if k not in self.props]
+        self.named = list(dict.fromkeys(named))
+        self.tracked = [k for k in self.named if mode >= FREE_ORDER or k not in self.props or k in dep_keys]
+        if not exact and len(self.tracked) > MAX_FREE_ORDER_KEYS:
+            self.tracked = [k for k in self.tracked if k in dep_keys]
+        self.fixed = [k for k in self.named if k not in self.tracked]
+        if len(self.tracked) > MAX_TRACKED_KEYS:
+            raise ConstraintError(f"object: more than {MAX_TRACKED_KEYS} keys must be accepted in any order")
+
+    # ----------------------------------------------------------------- pieces
+    def value_for(self, key: str) -> Dfa:
+        parts = []
+        if key in self.props:
+            parts.append(self.props[key])
+        matched = [s for p, s in self.patterns.items() if pattern_content(p).accepts(key)]
+        parts += matched
+        if key not in self.props and not matched:
+            parts.append(self.additional)
+        return intersect(*(self.comp.compile(p, self.level + 1, self.mode) for p in parts))
+
+    def pair_for(self, key: str) -> list[tuple[Dfa, Dfa]]:
+        """[(key DFA, value DFA)]: the ways a pair for the named key can be written."""
+        if self.names is not None and not self.names.accepts(string_literal(key)):
+            return []
+        value = self.value_for(key)
+        return [] if value.is_empty() else [(literal(string_literal(key)), value)]
+
+    def extra_pairs(self) -> list[tuple[Dfa, Dfa]]:
+        pats = list(self.patterns.items())
+        alternatives = []
+        for r in range(len(pats) + 1):
+            for chosen in combinations(range(len(pats)), r):
+                contents = [pattern_content(pats[i][0]) for i in chosen]
+                others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
+                content = difference(intersect(any_content(), *contents), *others)
+                schemas = [pats[i][1] for i in chosen] or [self.additional]
+                value = intersect(*(self.comp.compile(s, self.level + 1, self.mode) for s in schemas))
+                if value.is_empty() or content.is_empty():
+                    continue
+                keys = difference(encode_content(content), literals_dfa(self.named))
+                if self.names is not None:
+                    keys = intersect(keys, self.names)
+                if not keys.is_empty():
+                    alternatives.append((keys, value))
+        return alternatives
+
+    # ----------------------------------------------------------------- automaton
+    def _inc(self, count: int) -> int | None:
+        if self.max_props is not None:
+            return count + 1 if count + 1 <= self.max_props else None
+        return min(count + 1, max(self.min_props, 1))
+
+    def _final(self, count: int, mask: int) -> bool:
+        if count < self.min_props:
+            return False
+        seen = {k for i, k in enumerate(self.tracked) if mask >> i & 1}
+        if any(k in self.tracked and k not in seen for k in self.required):
+            return False
+        return all(not (k in seen) or set(v) <= seen for k, v in self.deps.items())
+
+    def body(self) -> Dfa:
+        return _BodyBuilder(self).build()
+
+
+class _BodyBuilder:
+    """The NFA over (section, count, seen-mask) nodes; each pair is `[,] key :` then one shared
+    copy of the value automaton per (destination node, value)."""
+
+    def __init__(self, spec: _ObjectSpec) -> None:
+        self.spec = spec
+        self.tokens = spec.comp.tokens
+        self.nfa = Nfa()
+        self.nodes: dict = {}
+        self.work: list = []
+        self.prefixes: dict = {}
+        self.value_entries: dict = {}
+
+    def node(self, key) -> int:
+        if key not in self.nodes:
+            self.nodes[key] = self.nfa.add_state()
+            self.work.append(key)
+        return self.nodes[key]
+
+    def prefix(self, keys: Dfa, first: bool) -> Dfa:
+        k = (id(keys), first)
+        if k not in self.prefixes:
+            parts = ([] if first else [self.tokens.comma]) + [keys, self.tokens.colon]
+            self.prefixes[k] = (keys, concat(*parts))
+        return self.prefixes[k][1]
+
+    def value_entry(self, value: Dfa, dst_key) -> int:
+        k = (id(value), dst_key)
+        if k not in self.value_entries:
+            s, fs = self.nfa.embed(value)
+            dst = self.node(dst_key)
+            for f in fs:
+                self.nfa.add_eps(f, dst)
+            self.value_entries[k] = (value, s)
+        return self.value_entries[k][1]
+
+    def link(self, src: int, pairs: list, count: int, dst_key) -> None:
+        nxt = self.spec._inc(count)
+        if nxt is None:
+            return
+        for keys, value in pairs:
+            s, fs = self.nfa.embed(self.prefix(keys, count == 0))
+            self.nfa.add_eps(src, s)
+            entry = self.value_entry(value, dst_key(nxt))
+            for f in fs:
+                self.nfa.add_eps(f, entry)
+
+    def build(self) -> Dfa:
+        spec = self.spec
+        fixed_pairs = [spec.pair_for(k) for k in spec.fixed]
+        tracked_pairs = [spec.pair_for(k) for k in spec.tracked]
+        extra = spec.extra_pairs()
+        start = self.node(("f", 0, 0))
+        while self.work:
+            key = self.work.pop()
+            src = self.nodes[key]
+            if key[0] == "f":
+                _, i, count = key
+                if i == len(spec.fixed):
+                    self.nfa.add_eps(src, self.node(("x", count, 0)))
+                    continue
+                if spec.fixed[i] not in spec.required:
+                    self.nfa.add_eps(src, self.node(("f", i + 1, count)))
+                self.link(src, fixed_pairs[i], count, lambda c, i=i: ("f", i + 1, c))
+            else:
+                _, count, mask = key
+                if spec._final(count, mask):
+                    self.nfa.finals.add(src)
+                for j, pairs in enumerate(tracked_pairs):
+                    if not mask >> j & 1:
+                        self.link(src, pairs, count, lambda c, j=j, mask=mask: ("x", c, mask | 1 << j))
+                self.link(src, extra, count, lambda c, mask=mask: ("x", c, mask))
+        return self.nfa.determinize_between(start, self.tokens.lbrace, self.tokens.rbrace)

@@ -1,0 +1,45 @@
+"""Compact serialisation of an instance in the key order the schema compiler expects:
+each object's keys declared in its schema's `properties` first (schema order), then the rest
+in instance order."""
+
+from __future__ import annotations
+
+import json
+
+from sgl_runtime.constrained.json_schema.refs import RefResolver
+
+
+def compact_json(instance, schema=None) -> str:
+    """`json.dumps(instance, separators=(",", ":"), ensure_ascii=False)` with schema key order."""
+    resolver = RefResolver(schema) if isinstance(schema, dict) else None
+    return json.dumps(_ordered(instance, schema, resolver, 0), separators=(",", ":"), ensure_ascii=False)
+
+
+def _resolve(schema, resolver, hops: int = 0):
+    while isinstance(schema, dict) and "$ref" in schema and "properties" not in schema and hops < 16:
+        try:
+            schema = resolver.resolve(schema["$ref"], schema)
+        except ValueError:
+            return None
+        hops += 1
+    return schema if isinstance(schema, dict) else None
+
+
+def _ordered(value, schema, resolver, depth: int):
+    schema = _resolve(schema, resolver) if resolver is not None and depth < 64 else None
+    if isinstance(value, dict):
+        props = schema.get("properties", {}) if schema else {}
+        props = props if isinstance(props, dict) else {}
+        keys = [k for k in props if k in value] + [k for k in value if k not in props]
+        out = {}
+        for k in keys:
+            sub = props.get(k) if k in props else (schema or {}).get("additionalProperties")
+            out[k] = _ordered(value[k], sub, resolver, depth + 1)
+        return out
+    if isinstance(value, list):
+        prefix = (schema or {}).get("prefixItems", [])
+        prefix = prefix if isinstance(prefix, list) else []
+        rest = (schema or {}).get("items")
+        return [_ordered(v, prefix[i] if i < len(prefix) else rest, resolver, depth + 1)
+                for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,98 @@
+"""Turning incoming messages into scheduler requests: validation, n > 1 fan-out, and waiting for
+constraint compilation off the critical path."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Optional
+
+from sgl_runtime.io_struct import TokenizedGenerateReqInput
+from sgl_runtime.scheduler.req import Req
+from sgl_runtime.sampling_params import SamplingParams
+
+
+def validate_request(msg: TokenizedGenerateReqInput, context_length: int, vocab_size: int, max_total_tokens: int) -> Optional[str]:
+    """A message naming what is wrong with the request, or None."""
+    ids = msg.input_ids
+    if not ids:
+        return "input_ids: the prompt is empty"
+    if len(ids) >= context_length:
+        return f"input_ids: the prompt has {len(ids)} tokens, more than the context length allows ({context_length - 1})"
+    if len(ids) >= max_total_tokens:
+        return f"input_ids: the prompt has {len(ids)} tokens, more than the KV cache holds ({max_total_tokens})"
+    bad = next((t for t in ids if not isinstance(t, int) or t < 0 or t >= vocab_size), None)
+    if bad is not None:
+        return f"input_ids: token id {bad!r} is outside the vocabulary [0, {vocab_size})"
+    if not 0 <= msg.top_logprobs_num <= vocab_size:
+        return f"top_logprobs_num: must be in [0, {vocab_size}], got {msg.top_logprobs_num}"
+    if msg.return_logprob and msg.logprob_start_len >= len(ids):
+        return f"logprob_start_len: must be < the prompt length ({len(ids)}), got {msg.logprob_start_len}"
+    return None
+
+
+def build_reqs(msg: TokenizedGenerateReqInput, context_length: int, eos_token_ids: frozenset, tokenizer) -> list[Req]:
+    """One Req per sample (n of them), output length capped by the context length."""
+    params = msg.sampling_params
+    max_new = min(params.max_new_tokens, context_length - len(msg.input_ids))
+    return [
+        Req(
+            msg.rid, msg.input_ids, params, index=i, return_logprob=msg.return_logprob,
+            logprob_start_len=msg.logprob_start_len, top_logprobs_num=msg.top_logprobs_num, stream=msg.stream,
+            eos_token_ids=eos_token_ids, max_new_tokens=max_new, tokenizer=tokenizer,
+        )
+        for i in range(params.n)
+    ]
+
+
+def prefix_caching_req(msg: TokenizedGenerateReqInput) -> Req:
+    """The hidden request that prefills (and caches) the prompt of an n > 1 request once, so that its
+    n samples share the prefix instead of computing it n times in the same batch."""
+    return Req(msg.rid, msg.input_ids, SamplingParams(max_new_tokens=0), hidden=True)
+
+
+class ConstraintWaiter:
+    """Requests whose constraint is compiling in a worker thread; released when their future is done."""
+
+    def __init__(self, make_cache) -> None:
+        self._make_cache = make_cache
+        self._cache = None
+        self.pending: list[Req] = []
+
+    def submit(self, req: Req) -> None:
+        if self._cache is None:
+            self._cache = self._make_cache()
+        kind, spec = req.sampling_params.constraint
+        req.constraint_future = self._cache.submit(kind, spec)
+        self.pending.append(req)
+
+    def poll(self, block: bool = False, timeout: float = 0.05) -> tuple[list[Req], list[Req]]:
+        """(ready requests with their matcher set, failed requests aborted with the compile error)."""
+        if block and self.pending:
+            concurrent.futures.wait([r.constraint_future for r in self.pending], timeout, concurrent.futures.FIRST_COMPLETED)
+        ready, failed, still = [], [], []
+        for req in self.pending:
+            future = req.constraint_future
+            if not future.done():
+                still.append(req)
+                continue
+            req.constraint_future = None
+            error = future.exception()
+            if error is not None:
+                kind = req.sampling_params.constraint[0]
+                req.abort(f"invalid {kind} constraint: {error}")
+                failed.append(req)
+            else:
+                req.matcher = future.result().matcher()
+                req.matcher.set_token_budget(req.max_new_tokens)
+                ready.append(req)
+        self.pending = still
+        return ready, failed
+
+    def shutdown(self) -> None:
+        if self._cache is not None:
+            self._cache.shutdown()
+
+    def remove(self, rid: str) -> list[Req]:
+        removed = [r for r in self.pending if r.rid == rid]
+        self.pending = [r for r in self.pending if r.rid != rid]
+        return removed

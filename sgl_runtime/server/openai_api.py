@@ -1,0 +1,175 @@
+"""The OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+
+Each request is mapped onto a native GenerateReqInput (always a batch of token-id prompts,
+so results come back as an indexed list) and answered in OpenAI's shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from pydantic import BaseModel, ValidationError
+
+from sgl_runtime.server.openai_protocol import (
+    ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields, describe_validation_errors,
+)
+from sgl_runtime.server.openai_responses import StreamBuilder, chat_response, completion_response
+from sgl_runtime.server.sse import sse_event, sse_stream
+from sgl_runtime.io_struct import GenerateReqInput
+from sgl_runtime.sampling_params import InvalidRequestError
+
+JSON_OBJECT_SCHEMA = {"type": "object"}
+# OpenAI field -> native sampling parameter (None values are left out).
+RENAMED = {"min_tokens": "min_new_tokens"}
+PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
+                  "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
+                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "choices", "stop")
+
+
+def build_openai_router(tokenizer_manager, model_name: str, context_length: int) -> APIRouter:
+    router = APIRouter()
+    tm = tokenizer_manager
+
+    @router.get("/v1/models")
+    async def list_models() -> dict:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(time.time()),
+                                            "owned_by": "sgl_runtime", "max_model_len": context_length}]}
+
+    @router.post("/v1/completions")
+    async def completions(request: Request):
+        body = await parse_body(request, CompletionRequest)
+        _reject_unsupported(body)
+        if body.suffix:
+            raise InvalidRequestError("suffix is not supported")
+        if body.best_of is not None and body.best_of != body.n:
+            raise InvalidRequestError("best_of is not supported (it must equal n when given)")
+        prompts = _completion_prompts(body.prompt, tm.tokenizer)
+        params = sampling_params(body, body.max_tokens if body.max_tokens is not None else 16)
+        echo_texts = [_prompt_text(p, tm.tokenizer) for p in body_prompt_list(body.prompt)] if body.echo else []
+        obj = GenerateReqInput(
+            input_ids=prompts, sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
+            return_logprob=body.logprobs is not None, top_logprobs_num=body.logprobs or 0,
+            logprob_start_len=0 if body.echo and body.logprobs is not None else -1,
+        )
+        if body.stream:
+            builder = StreamBuilder(model=model_name, chat=False, logprobs=body.logprobs is not None,
+                                    echo_texts=echo_texts, n=body.n)
+            return await _stream(tm, obj, builder, _include_usage(body))
+        results = await _collect(tm, obj, request)
+        return completion_response(results, model_name, body.n, echo_texts, body.logprobs is not None)
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = await parse_body(request, ChatCompletionRequest)
+        _reject_unsupported(body)
+        if body.top_logprobs and not body.logprobs:
+            raise InvalidRequestError("top_logprobs requires logprobs to be true")
+        input_ids = tm.apply_chat_template([{"role": m.role, "content": m.text()} for m in body.messages])
+        max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        params = sampling_params(body, max_new if max_new is not None else max(context_length - len(input_ids), 0))
+        obj = GenerateReqInput(
+            input_ids=[input_ids], sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
+            return_logprob=body.logprobs, top_logprobs_num=body.top_logprobs or 0,
+        )
+        if body.stream:
+            builder = StreamBuilder(model=model_name, chat=True, logprobs=body.logprobs, n=body.n)
+            return await _stream(tm, obj, builder, _include_usage(body))
+        results = await _collect(tm, obj, request)
+        return chat_response(results, model_name, body.n, body.logprobs)
+
+    return router
+
+
+async def parse_body(request: Request, model: type[BaseModel]) -> Any:
+    """The JSON body validated into `model`, whatever the Content-Type header says."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        message, _ = describe_validation_errors(exc.errors(include_url=False))
+        raise InvalidRequestError(message) from exc
+
+
+def sampling_params(body: _SamplingFields, max_new_tokens: int) -> dict[str, Any]:
+    """The native sampling_params dict for an OpenAI request body."""
+    params: dict[str, Any] = {"max_new_tokens": max_new_tokens, "n": body.n}
+    for name in PASSED_THROUGH:
+        value = getattr(body, name)
+        if value is not None:
+            params[RENAMED.get(name, name)] = value
+    params.update(response_format_params(body.response_format))
+    constraints = [k for k in ("regex", "json_schema", "ebnf", "grammar", "choices") if k in params]
+    if len(constraints) > 1:
+        raise InvalidRequestError(f"only one constraint may be given, got {', '.join(constraints)}")
+    return params
+
+
+def response_format_params(fmt: Optional[ResponseFormat]) -> dict[str, Any]:
+    if fmt is None or fmt.type == "text":
+        return {}
+    if fmt.type == "json_object":
+        return {"json_schema": json.dumps(JSON_OBJECT_SCHEMA)}
+    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+        raise InvalidRequestError("response_format.json_schema.schema is required for type json_schema")
+    return {"json_schema": json.dumps(fmt.json_schema.schema_)}
+
+
+def body_prompt_list(prompt: Any) -> list:
+    """The prompt field as a list of prompts (each a string or a list of token ids)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return [prompt]
+    return list(prompt)
+
+
+def _completion_prompts(prompt: Any, tokenizer) -> list[list[int]]:
+    prompts = body_prompt_list(prompt)
+    if not prompts:
+        raise InvalidRequestError("prompt: the prompt is empty")
+    return [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+
+
+def _prompt_text(prompt: Any, tokenizer) -> str:
+    return prompt if isinstance(prompt, str) else tokenizer.decode(prompt)
+
+
+def _reject_unsupported(body: _SamplingFields) -> None:
+    if body.logit_bias:
+        raise InvalidRequestError("logit_bias is not supported")
+
+
+def _include_usage(body: _SamplingFields) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+async def _collect(tm, obj: GenerateReqInput, request: Request) -> list[dict]:
+    async for results in tm.generate(obj, request):
+        return results
+    raise RuntimeError("generate produced no result")
+
+
+async def _stream(tm, obj: GenerateReqInput, builder: StreamBuilder, include_usage: bool) -> StreamingResponse:
+    first, chunks = await tm.open_stream(obj)  # errors before the first output are a 400
+
+    async def events() -> AsyncIterator[str]:
+        async for chunk in _prepend(first, chunks):
+            if "error" in chunk:
+                yield sse_event(chunk)
+                return
+            yield sse_event(builder.chunk(chunk))
+        if include_usage:
+            yield sse_event(builder.usage_chunk())
+
+    return StreamingResponse(sse_stream(events(), chunks), media_type="text/event-stream")
+
+
+async def _prepend(first: Any, rest: AsyncIterator) -> AsyncIterator:
+    yield first
+    async for item in rest:
+        yield item

@@ -1,0 +1,105 @@
+"""Turns a client's request into what the scheduler runs: tokenizes (and renders chat messages
+with the chat template), and validates the prompt, the sampling parameters and the constraint,
+raising InvalidRequestError (HTTP 400) with a message naming the problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sgl_runtime.io_struct import TokenizedGenerateReqInput
+from sgl_runtime.server.constraint_validator import ConstraintValidator
+from sgl_runtime.server.generate_request import SingleRequest
+from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
+from sgl_runtime.server_args import ServerArgs
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What validation needs to know about the served model (read from its config files)."""
+
+    context_length: int
+    vocab_size: int
+    eos_token_ids: frozenset
+
+
+class RequestTokenizer:
+    """Owns the tokenizer and the constraint validator of the main process."""
+
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo) -> None:
+        from sgl_runtime.tokenizer_utils import load_tokenizer
+
+        self.server_args = server_args
+        self.model_info = model_info
+        self.tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.chat_template)
+        self.constraint_validator = ConstraintValidator(
+            server_args.tokenizer_path or server_args.model_path, model_info.vocab_size, model_info.eos_token_ids,
+            timeout=server_args.constraint_compile_timeout, chat_template=server_args.chat_template,
+            cache_size=server_args.constrained_cache_size,
+        )
+
+    def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
+        from sgl_runtime.tokenizer_utils import get_chat_template
+
+        if not get_chat_template(self.tokenizer):
+            raise InvalidRequestError(
+                "this model's tokenizer has no chat template; start the server with --chat-template")
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja2 errors (e.g. raise_exception in the template)
+            raise InvalidRequestError(f"messages: the chat template failed: {exc}") from exc
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
+        """Tokenize and validate one request; raise InvalidRequestError naming the problem."""
+        params = SamplingParams.from_dict(single.sampling_params)
+        if single.text is not None:
+            if not single.text:
+                raise InvalidRequestError("text: the prompt is empty")
+            input_ids = self.tokenizer.encode(single.text)
+        else:
+            input_ids = single.input_ids
+        self._check_prompt(input_ids, params)
+        start = single.logprob_start_len
+        return TokenizedGenerateReqInput(
+            rid=single.rid, input_text=single.text, input_ids=list(input_ids), sampling_params=params,
+            return_logprob=single.return_logprob,
+            logprob_start_len=min(start, len(input_ids) - 1) if single.return_logprob else start,
+            top_logprobs_num=single.top_logprobs_num, stream=single.stream,
+        )
+
+    def _check_prompt(self, input_ids: list[int], params: SamplingParams) -> None:
+        limit = self.model_info.context_length
+        if not input_ids:
+            raise InvalidRequestError("the prompt is empty (0 tokens)")
+        bad = [t for t in input_ids if not 0 <= t < self.model_info.vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"input_ids: token id {bad[0]} is outside the vocabulary [0, {self.model_info.vocab_size})")
+        if len(input_ids) >= limit:
+            raise InvalidRequestError(f"the prompt has {len(input_ids)} tokens, the model's context length is {limit}")
+        if len(input_ids) + params.max_new_tokens > limit:
+            raise InvalidRequestError(
+                f"sampling_params.max_new_tokens: {len(input_ids)} prompt tokens + {params.max_new_tokens} new tokens "
+                f"exceed the model's context length of {limit}")
+
+    def start(self) -> None:
+        """Start the constraint validator's worker processes (from the event loop's thread)."""
+        self.constraint_validator.start()
+
+    def close(self) -> None:
+        self.constraint_validator.close()
+
+    async def check_constraint(self, params: SamplingParams) -> None:
+        """Compile the constraint in a killable worker process (outcomes cached) so that a bad
+        or too slow one is a 400 before anything is scheduled."""
+        if params.constraint is None:
+            return
+        from sgl_runtime.constrained import ConstraintError
+
+        kind, spec = params.constraint
+        try:
+            await self.constraint_validator.check(kind, spec)
+        except ConstraintError as exc:
+            field = {"grammar": "ebnf"}.get(kind, kind)
+            raise InvalidRequestError(f"sampling_params.{field}: {exc}") from exc
