@@ -13,6 +13,7 @@ from typing import Optional
 
 from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
 from sgl_runtime.process.ipc import IpcAddresses, configure_logging
+from sgl_runtime.server.request_tokenizer import ModelInfo
 from sgl_runtime.server_args import ServerArgs, parse_args
 
 logger = logging.getLogger("sgl_runtime.launch_server")
@@ -36,7 +37,7 @@ def launch_server(server_args: ServerArgs) -> int:
     try:
         check_port_free(server_args.host, server_args.port)
         server_args = resolve_model(server_args)
-        model_info = read_model_info(server_args)
+        model_info = ModelInfo.read(server_args)
     except (OSError, ValueError) as exc:
         logger.error("cannot start the server: %s", exc)
         return 1
@@ -85,11 +86,12 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     from sgl_runtime.detokenizer.detokenizer_manager import run_detokenizer_process
     from sgl_runtime.scheduler.scheduler_process import run_scheduler_process
     from sgl_runtime.server.tokenizer_manager import TokenizerManager
+    from sgl_runtime.server.transport import ZmqTransport
 
     children.start("scheduler", run_scheduler_process, server_args, addresses)
     children.start("detokenizer", run_detokenizer_process, server_args, addresses)
     metrics = ServerMetrics()
-    tm = TokenizerManager(server_args, model_info, addresses, metrics)
+    tm = TokenizerManager(server_args, model_info, ZmqTransport(addresses), metrics)
     infos = children.wait_ready()
     logger.info("scheduler ready: %s", infos["scheduler"].get("stats"))
     process_ids = {name: process.pid for name, process in children.processes.items()}
@@ -108,17 +110,6 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     if failures or not server.started:
         return 1
     return 0
-
-
-def read_model_info(server_args: ServerArgs):
-    """Context length, vocabulary size and EOS ids, read from the checkpoint's config files."""
-    from sgl_runtime.server.request_tokenizer import ModelInfo
-    from sgl_runtime.model_config import ModelConfig
-
-    config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,
-                                   context_length=server_args.context_length, device=server_args.resolved_device)
-    return ModelInfo(context_length=config.context_length, vocab_size=config.vocab_size,
-                     eos_token_ids=frozenset(config.eos_token_ids))
 
 
 class StopSignal(BaseException):

@@ -63,6 +63,9 @@ class ServerArgs:
     disable_jump_forward: bool = _arg(False, "Do not jump forward over forced constraint text.")
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
     constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
+    constraint_compile_workers: int = _arg(
+        2, "Processes that build regex / JSON-Schema / choices automata (killed past the timeout); 0 builds them "
+        "in the scheduler's threads.")
 
     def __post_init__(self) -> None:
         for name, value in self._choice_fields():

@@ -1,23 +1,24 @@
-"""A pathological constraint costs at most the compile timeout: the validator compiles in a
-worker process that is killed past the timeout, the request gets a 400 naming it, and the
-server (its event loop and its scheduler) keeps serving other requests meanwhile."""
+"""A pathological constraint costs at most the compile timeout: its automaton is built in a
+compile worker process that is killed past the timeout, the request gets a 400 naming it, and
+the server (its event loop and its scheduler) keeps serving other requests meanwhile. Each
+constraint is compiled once, in the scheduler's cache, whatever path its requests take."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
 import threading
 import time
+from concurrent.futures import wait
 
 import pytest
 import requests
 from server_fixtures import descendant_pids, pid_alive, start_server
 
 from sgl_runtime.constrained import ConstraintError, compile_constraint
+from sgl_runtime.constrained.cache import ConstraintCache
 from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
-from sgl_runtime.server.constraint_validator import ConstraintValidator
 
 # interegular's parse + FSM construction of this nested counted repeat runs for minutes here
 # (more than 60 s measured; "(a{1,10}b?){1,10}c" already takes about a second).
@@ -28,90 +29,85 @@ EOS = [151645, 151643]
 
 
 @pytest.fixture(scope="module")
-def loop():
-    event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
+def cache():
+    c = ConstraintCache(str(get_qwen2_tokenizer_dir()), VOCAB_SIZE, EOS, max_size=4, compile_timeout=TIMEOUT_S,
+                        compile_workers=1)
+    c.start_workers()
+    yield c
+    c.shutdown()
 
 
-@pytest.fixture(scope="module")
-def validator(loop):
-    v = ConstraintValidator(str(get_qwen2_tokenizer_dir()), VOCAB_SIZE, EOS, timeout=TIMEOUT_S,
-                            num_workers=1, cache_size=4)
-    loop.run_until_complete(_start(v))
-    yield v
-    v.close()
+def _outcome(future):
+    try:
+        return future.result(timeout=60)
+    except ConstraintError as exc:
+        return exc
 
 
-async def _start(v: ConstraintValidator) -> None:
-    v.start()
+def test_valid_constraints_compile_in_the_worker(cache):
+    regex = cache.get("regex", r"[0-9]{3}-[a-z]+")
+    assert regex.accepts("123-abc") and not regex.accepts("12-abc")
+    schema = cache.get("json_schema", {"type": "object", "properties": {"id": {"type": "integer"}},
+                                       "required": ["id"]})
+    assert schema.accepts('{"id":7}') and not schema.accepts('{"id":"7"}')
+    assert cache.get("choices", ["yes", "no"]).accepts("yes")
 
 
-def test_valid_constraints_pass(loop, validator):
-    assert loop.run_until_complete(validator.validate("regex", r"[0-9]{3}-[a-z]+")).ok
-    outcome = loop.run_until_complete(validator.validate("json_schema", {"type": "object", "properties": {
-        "id": {"type": "integer"}}, "required": ["id"]}))
-    assert outcome.ok and outcome.message == ""
-    loop.run_until_complete(validator.check("choices", ["yes", "no"]))  # no exception
-
-
-def test_invalid_constraint_gets_the_compilers_message(loop, validator):
+def test_invalid_constraint_gets_the_compilers_message(cache):
     with pytest.raises(ConstraintError) as in_process:
         compile_constraint("regex", "(unclosed", str(get_qwen2_tokenizer_dir()), vocab_size=VOCAB_SIZE)
-    with pytest.raises(ConstraintError) as validated:
-        loop.run_until_complete(validator.check("regex", "(unclosed"))
-    assert str(validated.value) == str(in_process.value)
-    assert "unterminated subpattern" in str(validated.value)
+    with pytest.raises(ConstraintError) as in_worker:
+        cache.get("regex", "(unclosed")
+    assert str(in_worker.value) == str(in_process.value)
+    assert "unterminated subpattern" in str(in_worker.value)
 
 
-def test_timeout_kills_the_worker_and_the_next_validation_works(loop, validator):
-    (old_pid,) = validator.worker_pids()
+def test_timeout_kills_the_worker_and_is_not_a_verdict(cache):
+    (old_pid,) = cache.worker_pids()
+    compiles = cache.stats["compiles"]
     start = time.monotonic()
-    outcome = loop.run_until_complete(validator.validate("regex", PATHOLOGICAL))
+    outcome = _outcome(cache.submit("regex", PATHOLOGICAL))
     elapsed = time.monotonic() - start
-    assert not outcome.ok
-    assert outcome.message == f"compiling the regex constraint took longer than {TIMEOUT_S:g} s"
+    assert str(outcome) == f"compiling the regex constraint took longer than {TIMEOUT_S:g} s"
     assert TIMEOUT_S <= elapsed < TIMEOUT_S + 2.0
+    deadline = time.monotonic() + 5
+    while pid_alive(old_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not pid_alive(old_pid)
-    assert validator.worker_pids() and validator.worker_pids() != [old_pid]
     # the replacement worker serves the next constraint (its start-up is not charged to the timeout)
-    assert loop.run_until_complete(validator.validate("regex", r"ab+c")).ok
-    # the timeout is cached: asking again answers at once and kills nothing
-    new_pids = validator.worker_pids()
-    start = time.monotonic()
-    again = loop.run_until_complete(validator.validate("regex", PATHOLOGICAL))
-    assert again == outcome and time.monotonic() - start < 0.1
-    assert validator.worker_pids() == new_pids
+    assert cache.get("regex", r"ab+c").accepts("abbc")
+    # the timeout was one attempt's: asking again compiles again (and times out again)
+    again = _outcome(cache.submit("regex", PATHOLOGICAL))
+    assert str(again) == str(outcome)
+    assert cache.stats["compiles"] == compiles + 3 and cache.stats["timeouts"] >= 2
 
 
-def test_concurrent_callers_share_one_compile(loop, validator):
-    async def both():
-        return await asyncio.gather(validator.validate("regex", "x{2,5}y"), validator.validate("regex", "x{2,5}y"))
+def test_concurrent_requests_share_one_compile(cache):
+    compiles = cache.stats["compiles"]
+    first, second = cache.submit("regex", "x{2,5}y"), cache.submit("regex", "x{2,5}y")
+    wait([first, second], timeout=60)
+    assert first is second and first.result().accepts("xxy")
+    assert cache.stats["compiles"] == compiles + 1
 
-    first, second = loop.run_until_complete(both())
-    assert first.ok and second is first
 
-
-def test_a_dead_idle_worker_is_replaced(loop, validator):
-    (pid,) = validator.worker_pids()
+def test_a_dead_idle_worker_is_replaced(cache):
+    (pid,) = cache.worker_pids()
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert loop.run_until_complete(validator.validate("regex", r"after[0-9]+")).ok
-    assert pid not in validator.worker_pids() and len(validator.worker_pids()) == 1
+    assert cache.get("regex", r"after[0-9]+").accepts("after12")  # the dead worker's answer is retried
+    assert pid not in cache.worker_pids() and len(cache.worker_pids()) == 1
 
 
-def test_outcome_cache_is_bounded_lru(loop, validator):
+def test_cache_is_bounded_lru(cache):
     specs = [f"q{i}[0-9]" for i in range(6)]
     for spec in specs:
-        loop.run_until_complete(validator.validate("regex", spec))
-    assert validator.cached_outcomes() == validator.cache_size == 4
-    keys = list(validator._outcomes)  # most recent last
-    assert len(keys) == 4 and all(kind == "regex" for kind, _ in keys)
-    start = time.monotonic()
-    loop.run_until_complete(validator.validate("regex", specs[-1]))  # a hit: no compile
-    assert time.monotonic() - start < 0.05
+        cache.get("regex", spec)
+    assert len(cache) == cache.max_size == 4
+    hits = cache.stats["hits"]
+    cache.get("regex", specs[-1])
+    assert cache.stats["hits"] == hits + 1
 
 
 # ------------------------------------------------------------------------------------ server
@@ -137,7 +133,7 @@ def test_server_rejects_a_slow_constraint_without_stalling_others(guarded_server
     url = guarded_server.url
     plain = {"max_new_tokens": 8, "temperature": 0}
     assert _generate(url, plain).status_code == 200  # warm
-    # a constrained request waits for a validator worker that has loaded the tokenizer (not charged to the timeout)
+    # the first constrained request also waits for the compile worker to start (not charged to the timeout)
     assert _generate(url, {"max_new_tokens": 4, "regex": "[ab]{4}"}).status_code == 200
     slow: dict = {}
 
@@ -148,7 +144,7 @@ def test_server_rejects_a_slow_constraint_without_stalling_others(guarded_server
 
     thread = threading.Thread(target=send_slow)
     thread.start()
-    time.sleep(0.5)  # the pathological compile is running in the validator now
+    time.sleep(0.5)  # the pathological compile is running in a compile worker now
     start = time.monotonic()
     response = _generate(url, plain)
     concurrent_latency = time.monotonic() - start
@@ -169,20 +165,35 @@ def test_server_rejects_a_slow_constraint_without_stalling_others(guarded_server
     busy = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     assert all(seconds < 0.8 for seconds in busy.values()), f"CPU seconds used in 2 s while idle: {busy}"
 
-    # A normal constrained request still works, and a repeat of the slow one is refused at once.
+    # A normal constrained request still works.
     constrained = _generate(url, {"max_new_tokens": 16, "regex": r"[0-9]{3}", "temperature": 1.0})
     assert constrained.status_code == 200, constrained.text
     assert re.fullmatch(r"[0-9]{3}", constrained.json()["text"])
-    start = time.monotonic()
-    again = _generate(url, {"max_new_tokens": 8, "regex": PATHOLOGICAL})
-    assert again.status_code == 400 and time.monotonic() - start < 1.0
 
 
-def test_validator_processes_stop_with_the_server(guarded_server):
+def test_each_distinct_constraint_compiles_once_over_http(guarded_server):
+    url = guarded_server.url
+    before = guarded_server.server_info()["scheduler_stats"]["constraint_cache"]
+    regex = {"max_new_tokens": 4, "regex": "(yes|no)[0-9]"}
+    schema = {"max_new_tokens": 12, "json_schema": '{"type": "object", "properties": {"k": {"type": "integer"}}}'}
+    for params in (regex, regex, {**regex, "n": 3}, schema, schema):
+        assert _generate(url, params).status_code == 200
+    batch = requests.post(f"{url}/generate", json={"text": ["a", "b", "c"], "sampling_params": regex}, timeout=120)
+    assert batch.status_code == 200
+    chat = requests.post(f"{url}/v1/chat/completions", timeout=120, json={
+        "model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "regex": "(yes|no)[0-9]"})
+    assert chat.status_code == 200, chat.text
+    after = guarded_server.server_info()["scheduler_stats"]["constraint_cache"]
+    assert after["compiles"] - before["compiles"] == 2
+    assert after["hits"] - before["hits"] >= 9
+
+
+def test_compile_workers_stop_with_the_server(guarded_server):
     children = set(guarded_server.server_info()["process_ids"].values())
     validators = [pid for pid in descendant_pids(guarded_server.proc.pid)
                   if pid not in children and _cmdline(pid).count(b"spawn_main")]
-    assert validators, "the server runs its constraint validator in child processes"
+    assert validators, "the scheduler runs its constraint compile workers in child processes"
     guarded_server.stop()
     deadline = time.monotonic() + 10
     while any(pid_alive(p) for p in validators) and time.monotonic() < deadline:

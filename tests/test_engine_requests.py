@@ -26,8 +26,7 @@ def engine(tmp_path_factory):
         ({"prompt": ""}, "prompt"),
         ({"input_ids": []}, "input_ids"),
         ({"input_ids": [1] * 600}, "prompt"),  # the tiny checkpoints have a context length of 512
-        ({"prompt": "a", "input_ids": [1]}, "prompt/input_ids"),
-        ({"input_ids": [1, 2, 3], "return_logprob": True, "logprob_start_len": 3}, "logprob_start_len"),
+        ({"prompt": "a", "input_ids": [1]}, "text or input_ids"),  # the Engine's prompt is /generate's text
     ],
 )
 def test_bad_input_raises_naming_the_field(engine, kwargs, field):

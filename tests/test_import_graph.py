@@ -21,6 +21,7 @@ MAX_LINES = 400
 # (longest prefixes are tried first); unlisted top-level modules are "base".
 LAYERS = [
     ["sgl_runtime.base"],
+    ["sgl_runtime.process"],
     ["sgl_runtime.kernels", "sgl_runtime.mem_cache"],
     ["sgl_runtime.layers"],
     ["sgl_runtime.models"],
@@ -28,10 +29,9 @@ LAYERS = [
     ["sgl_runtime.model_executor"],
     ["sgl_runtime.constrained"],
     ["sgl_runtime.sampler", "sgl_runtime.penalties"],
-    ["sgl_runtime.process"],
     ["sgl_runtime.scheduler", "sgl_runtime.detokenizer"],
     ["sgl_runtime.server"],
-    ["sgl_runtime.engine", "sgl_runtime.launch_server", "sgl_runtime"],
+    ["sgl_runtime.engine", "sgl_runtime.in_process", "sgl_runtime.launch_server", "sgl_runtime"],
 ]
 
 

@@ -1,7 +1,11 @@
 """Compiled constraints for one tokenizer: a bounded LRU of futures, compiled off the caller's thread.
 
-The scheduler calls `submit` and polls the future, so one slow compile never stalls the
-running batch; a compile that outlives `compile_timeout` fails with ConstraintError.
+This is the one place a constraint is compiled, once per (kind, spec, options). The scheduler
+calls `submit` and polls the future, so one slow compile never stalls the running batch.
+Regular kinds build their DFA in killable worker processes when `compile_workers` > 0
+(compile_workers.py); grammars compile in a worker thread. A compile that outlives
+`compile_timeout` fails its requests with ConstraintError and is forgotten, so the next request
+with that spec tries again: a timeout is a verdict on one attempt, not on the spec.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Optional
 
-from sgl_runtime.constrained.compiler import compile_constraint
-from sgl_runtime.constrained.constraint import Constraint
-from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.compile_workers import CompileWorkers
+from sgl_runtime.constrained.compiler import compile_constraint, resolve_tokenizer
+from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
+from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
 
 
 class ConstraintCache:
@@ -22,7 +27,7 @@ class ConstraintCache:
 
     def __init__(self, tokenizer: Any, vocab_size: Optional[int] = None,
                  eos_token_ids: Optional[Iterable[int]] = None, max_size: int = 256,
-                 compile_timeout: float = 30.0, num_workers: int = 2) -> None:
+                 compile_timeout: float = 30.0, num_workers: int = 2, compile_workers: int = 0) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
         self.tokenizer = tokenizer
@@ -33,6 +38,8 @@ class ConstraintCache:
         self._entries: "OrderedDict[tuple, Future]" = OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="constraint-compile")
+        self._processes = CompileWorkers(compile_workers, compile_timeout) if compile_workers else None
+        self.stats = {"compiles": 0, "hits": 0, "timeouts": 0, "errors": 0}
 
     def submit(self, kind: str, spec: Any, **options: Any) -> "Future[Constraint]":
         """A future of the compiled constraint (cached; compiled in a worker thread)."""
@@ -41,17 +48,27 @@ class ConstraintCache:
             found = self._entries.get(key)
             if found is not None:
                 self._entries.move_to_end(key)
+                self.stats["hits"] += 1
                 return found
             result: Future = Future()
             self._entries[key] = result
+            self.stats["compiles"] += 1
             while len(self._entries) > self.max_size:
                 self._entries.popitem(last=False)
         self._pool.submit(self._compile, result, kind, spec, options)
-        timer = threading.Timer(self.compile_timeout, _expire, (result, kind, self.compile_timeout))
+        timer = threading.Timer(self.compile_timeout, self._expire, (key, result, kind))
         timer.daemon = True
         timer.start()
         result.add_done_callback(lambda _f: timer.cancel())
         return result
+
+    def start_workers(self) -> None:
+        """Start the compile processes now rather than on the first constraint."""
+        if self._processes is not None:
+            self._processes.start()
+
+    def worker_pids(self) -> list[int]:
+        return [] if self._processes is None else self._processes.pids()
 
     def get(self, kind: str, spec: Any, **options: Any) -> Constraint:
         """The compiled constraint, blocking; ConstraintError on a bad spec or a timeout."""
@@ -62,6 +79,8 @@ class ConstraintCache:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.close()
 
     # ---- private ----------------------------------------------------------------------------
 
@@ -69,15 +88,43 @@ class ConstraintCache:
         if result.done():
             return
         try:
-            constraint = compile_constraint(kind, spec, self.tokenizer, vocab_size=self.vocab_size,
-                                            eos_token_ids=self.eos_token_ids, **options)
+            if self._processes is not None and kind != "grammar":
+                dfa, description = self._processes.build(kind, spec, options)
+                constraint = DFAConstraint(dfa, self._vocabulary(), description)
+            else:
+                constraint = compile_constraint(kind, spec, self.tokenizer, vocab_size=self.vocab_size,
+                                                eos_token_ids=self.eos_token_ids, **options)
             constraint.matcher().bitmask()  # warm the first mask in the worker, not the scheduler
         except ConstraintError as exc:
-            _settle(result, exc)
+            self._fail(result, exc)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is this request's error
-            _settle(result, ConstraintError(f"cannot compile {kind} constraint: {type(exc).__name__}: {exc}"))
+            self._fail(result, ConstraintError(f"cannot compile {kind} constraint: {type(exc).__name__}: {exc}"))
         else:
             _settle(result, constraint)
+
+    def _vocabulary(self):
+        from sgl_runtime.constrained.vocabulary import Vocabulary
+
+        return Vocabulary.from_tokenizer(resolve_tokenizer(self.tokenizer), self.vocab_size, self.eos_token_ids)
+
+    def _fail(self, result: Future, error: ConstraintError) -> None:
+        if _settle(result, error):
+            timed_out = isinstance(error, ConstraintTimeout)
+            self.stats["timeouts" if timed_out else "errors"] += 1
+            if timed_out:
+                self._forget(result)
+
+    def _expire(self, key: tuple, result: Future, kind: str) -> None:
+        if _settle(result, ConstraintTimeout(f"compiling the {kind} constraint took longer than "
+                                           f"{self.compile_timeout:g} s")):
+            self.stats["timeouts"] += 1
+            self._forget(result)
+
+    def _forget(self, result: Future) -> None:
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry is result:
+                    del self._entries[key]
 
 
 def _canonical(value: Any) -> str:
@@ -89,15 +136,13 @@ def _canonical(value: Any) -> str:
         return "r:" + repr(value)
 
 
-def _expire(result: Future, kind: str, timeout: float) -> None:
-    _settle(result, ConstraintError(f"compiling the {kind} constraint timed out after {timeout:g} s"))
-
-
-def _settle(result: Future, outcome: Any) -> None:
+def _settle(result: Future, outcome: Any) -> bool:
+    """Settle `result` unless it already was (timeout vs. completion race); whether this call did."""
     try:
         if isinstance(outcome, BaseException):
             result.set_exception(outcome)
         else:
             result.set_result(outcome)
-    except Exception:  # noqa: BLE001 - already settled (timeout vs. completion race)
-        pass
+    except Exception:  # noqa: BLE001 - already settled
+        return False
+    return True

@@ -31,6 +31,14 @@ def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Opti
         from sgl_runtime.constrained.grammar.compiler import compile_grammar
 
         return compile_grammar(spec, vocabulary, **options)
+    dfa, description = build_dfa(kind, spec, options)
+    return DFAConstraint(dfa, vocabulary, description)
+
+
+def build_dfa(kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
+    """(byte DFA, description) of a regular constraint (regex, choices, json_schema): the
+    expensive, tokenizer-independent part of its compilation."""
+    options = dict(options)
     max_states = options.pop("max_states", DEFAULT_MAX_STATES)
     if kind == "regex":
         _no_options(kind, options)
@@ -38,11 +46,13 @@ def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Opti
     elif kind == "choices":
         _no_options(kind, options)
         dfa, description = ByteDFA.from_strings(_check_choices(spec), max_states=max_states), f"choices:{spec}"
-    else:
+    elif kind == "json_schema":
         dfa, description = _schema_dfa(spec, options, max_states), "json_schema"
+    else:
+        raise ConstraintError(f"{kind} constraints have no DFA")
     if dfa.is_empty():
         raise ConstraintError(f"the {kind} constraint matches no string at all")
-    return DFAConstraint(dfa, vocabulary, description)
+    return dfa, description
 
 
 def resolve_tokenizer(tokenizer: Any) -> Any:

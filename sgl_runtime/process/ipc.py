@@ -81,11 +81,11 @@ def setup_child_process(name: str, log_level: str) -> ChildLifetime:
     lifetime = ChildLifetime()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lifetime.request_stop)
-    _die_with_parent()
+    die_with_parent()
     return lifetime
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:

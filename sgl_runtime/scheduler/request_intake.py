@@ -50,6 +50,10 @@ def prefix_caching_req(msg: TokenizedGenerateReqInput) -> Req:
     return Req(msg.rid, msg.input_ids, SamplingParams(max_new_tokens=0), hidden=True)
 
 
+# The request field a constraint kind comes from, where its name differs (SGLang's `ebnf`).
+CONSTRAINT_FIELDS = {"grammar": "ebnf"}
+
+
 class ConstraintWaiter:
     """Requests whose constraint is compiling in a worker thread; released when their future is done."""
 
@@ -58,11 +62,13 @@ class ConstraintWaiter:
         self._cache = None
         self.pending: list[Req] = []
 
+    def start(self) -> None:
+        """Create the cache and start its compile processes before the first constraint arrives."""
+        self._cache_now().start_workers()
+
     def submit(self, req: Req) -> None:
-        if self._cache is None:
-            self._cache = self._make_cache()
         kind, spec = req.sampling_params.constraint
-        req.constraint_future = self._cache.submit(kind, spec)
+        req.constraint_future = self._cache_now().submit(kind, spec)
         self.pending.append(req)
 
     def poll(self, block: bool = False, timeout: float = 0.05) -> tuple[list[Req], list[Req]]:
@@ -79,7 +85,7 @@ class ConstraintWaiter:
             error = future.exception()
             if error is not None:
                 kind = req.sampling_params.constraint[0]
-                req.abort(f"invalid {kind} constraint: {error}")
+                req.abort(f"sampling_params.{CONSTRAINT_FIELDS.get(kind, kind)}: {error}")
                 failed.append(req)
             else:
                 req.matcher = future.result().matcher()
@@ -88,9 +94,19 @@ class ConstraintWaiter:
         self.pending = still
         return ready, failed
 
+    def stats(self) -> dict:
+        """Compiles, cache hits, timeouts and errors so far."""
+        return dict(self._cache.stats) if self._cache is not None else {"compiles": 0, "hits": 0, "timeouts": 0,
+                                                                         "errors": 0}
+
     def shutdown(self) -> None:
         if self._cache is not None:
             self._cache.shutdown()
+
+    def _cache_now(self):
+        if self._cache is None:
+            self._cache = self._make_cache()
+        return self._cache
 
     def remove(self, rid: str) -> list[Req]:
         removed = [r for r in self.pending if r.rid == rid]

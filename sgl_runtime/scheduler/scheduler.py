@@ -157,7 +157,7 @@ class Scheduler(OverlapMixin):
             available_kv_tokens=self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size(),
             context_length=self.model_config.context_length,
             new_token_ratio=self.new_token_ratio.value,
-        )
+        ) | {"constraint_cache": self.constraints.stats()}
 
     # ================================================================== intake
     def _add_request(self, msg: TokenizedGenerateReqInput) -> None:
@@ -200,6 +200,7 @@ class Scheduler(OverlapMixin):
             self.tokenizer, self.model_config.vocab_size, sorted(self.eos_token_ids),
             max_size=self.server_args.constrained_cache_size,
             compile_timeout=self.server_args.constraint_compile_timeout,
+            compile_workers=self.server_args.constraint_compile_workers,
         )
 
     # ================================================================== scheduling

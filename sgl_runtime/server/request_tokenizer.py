@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgl_runtime.io_struct import TokenizedGenerateReqInput
-from sgl_runtime.server.constraint_validator import ConstraintValidator
 from sgl_runtime.server.generate_request import SingleRequest
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
@@ -21,21 +20,27 @@ class ModelInfo:
     vocab_size: int
     eos_token_ids: frozenset
 
+    @staticmethod
+    def read(server_args: ServerArgs) -> "ModelInfo":
+        """Read from the checkpoint's config files (no weights are loaded)."""
+        from sgl_runtime.model_config import ModelConfig
+
+        config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,
+                                       context_length=server_args.context_length, device=server_args.resolved_device)
+        return ModelInfo(context_length=config.context_length, vocab_size=config.vocab_size,
+                         eos_token_ids=frozenset(config.eos_token_ids))
+
 
 class RequestTokenizer:
-    """Owns the tokenizer and the constraint validator of the main process."""
+    """Owns the front half's tokenizer (loaded from the server args unless one is given)."""
 
-    def __init__(self, server_args: ServerArgs, model_info: ModelInfo) -> None:
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer=None) -> None:
         from sgl_runtime.tokenizer_utils import load_tokenizer
 
         self.server_args = server_args
         self.model_info = model_info
-        self.tokenizer = load_tokenizer(server_args.tokenizer_path or server_args.model_path, server_args.chat_template)
-        self.constraint_validator = ConstraintValidator(
-            server_args.tokenizer_path or server_args.model_path, model_info.vocab_size, model_info.eos_token_ids,
-            timeout=server_args.constraint_compile_timeout, chat_template=server_args.chat_template,
-            cache_size=server_args.constrained_cache_size,
-        )
+        self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path or server_args.model_path,
+                                                     server_args.chat_template)
 
     def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
         """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
@@ -59,6 +64,8 @@ class RequestTokenizer:
             input_ids = self.tokenizer.encode(single.text)
         else:
             input_ids = single.input_ids
+            if not input_ids:
+                raise InvalidRequestError("input_ids: the prompt is empty (0 tokens)")
         self._check_prompt(input_ids, params)
         start = single.logprob_start_len
         return TokenizedGenerateReqInput(
@@ -82,24 +89,3 @@ class RequestTokenizer:
             raise InvalidRequestError(
                 f"sampling_params.max_new_tokens: {len(input_ids)} prompt tokens + {params.max_new_tokens} new tokens "
                 f"exceed the model's context length of {limit}")
-
-    def start(self) -> None:
-        """Start the constraint validator's worker processes (from the event loop's thread)."""
-        self.constraint_validator.start()
-
-    def close(self) -> None:
-        self.constraint_validator.close()
-
-    async def check_constraint(self, params: SamplingParams) -> None:
-        """Compile the constraint in a killable worker process (outcomes cached) so that a bad
-        or too slow one is a 400 before anything is scheduled."""
-        if params.constraint is None:
-            return
-        from sgl_runtime.constrained import ConstraintError
-
-        kind, spec = params.constraint
-        try:
-            await self.constraint_validator.check(kind, spec)
-        except ConstraintError as exc:
-            field = {"grammar": "ebnf"}.get(kind, kind)
-            raise InvalidRequestError(f"sampling_params.{field}: {exc}") from exc

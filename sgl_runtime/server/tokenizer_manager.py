@@ -9,15 +9,11 @@ import collections
 import logging
 from typing import Any, AsyncIterator, Optional
 
-import zmq
-import zmq.asyncio
-
 from sgl_runtime.io_struct import (
     AbortReq, BatchStrOut, FlushCacheOut, FlushCacheReq, GenerateReqInput, GetStatsOut, GetStatsReq,
     TokenizedGenerateReqInput,
 )
 from sgl_runtime.server.generate_request import SingleRequest, split_generate_request
-from sgl_runtime.process.ipc import IpcAddresses, make_socket
 from sgl_runtime.server.request_state import ReqState
 from sgl_runtime.server.request_tokenizer import ModelInfo, RequestTokenizer
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
@@ -36,30 +32,28 @@ class ClientDisconnected(Exception):
 class TokenizerManager:
     """rid -> ReqState for every request in flight; tokenizing and validation are RequestTokenizer's."""
 
-    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, addresses: IpcAddresses, metrics=None) -> None:
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, transport, metrics=None,
+                 tokenizer=None) -> None:
         self.server_args = server_args
         self.model_info = model_info
         self.metrics = metrics
-        self.requests = RequestTokenizer(server_args, model_info)
+        self.requests = RequestTokenizer(server_args, model_info, tokenizer)
         self.tokenizer = self.requests.tokenizer
         self.states: dict[str, ReqState] = {}
         self._pending_control: dict[type, collections.deque] = {FlushCacheOut: collections.deque(),
                                                                 GetStatsOut: collections.deque()}
-        self._addresses = addresses
+        self._transport = transport  # server.transport.ZmqTransport, or in_process.InProcessTransport
         self._receiver: Optional[asyncio.Task] = None
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        """Open the sockets and start receiving outputs (call inside the server's event loop)."""
-        context = zmq.asyncio.Context(1)
-        self._to_scheduler = make_socket(context, zmq.PUSH, self._addresses.tokenizer_to_scheduler, bind=False)
-        self._from_detokenizer = make_socket(context, zmq.PULL, self._addresses.detokenizer_to_tokenizer, bind=True)
+        """Start receiving outputs (call inside the event loop that serves the requests)."""
+        self._transport.start()
         self._receiver = asyncio.create_task(self._receive_loop())
-        self.requests.start()
 
     async def _receive_loop(self) -> None:
         while True:
-            message = await self._from_detokenizer.recv_pyobj()
+            message = await self._transport.recv()
             if isinstance(message, BatchStrOut):
                 for out in message.outputs:
                     state = self.states.get(out.rid)
@@ -94,10 +88,6 @@ class TokenizerManager:
         if len({single.rid for single in singles}) < len(singles):
             raise InvalidRequestError("rid: the ids of a batch must be distinct")
         prepared = [self.requests.prepare(single) for single in singles]
-        # Constraints are validated (compiled in a killable worker process, with a timeout) before
-        # the scheduler sees the request, so its own compile only runs on constraints known to be
-        # bounded; a bad or too slow one is a 400 and nothing is scheduled.
-        await asyncio.gather(*(self.requests.check_constraint(t.sampling_params) for t in prepared))
         self._check_rids_free(prepared)
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
@@ -134,7 +124,7 @@ class TokenizerManager:
         return first, chunks
 
     def abort(self, rid: str) -> None:
-        self._to_scheduler.send_pyobj(AbortReq(rid=rid))
+        self._transport.send(AbortReq(rid=rid))
 
     def abort_by_client(self, rid: str) -> int:
         """Abort the request `rid` (and its n > 1 samples); return how many were running."""
@@ -173,7 +163,7 @@ class TokenizerManager:
         state = ReqState(request=tokenized, updates=updates, index=index,
                          return_text_in_logprobs=bool(single and single.return_text_in_logprobs))
         self.states[tokenized.rid] = state
-        self._to_scheduler.send_pyobj(tokenized)
+        self._transport.send(tokenized)
         return state
 
     async def _updates(self, states: list[ReqState], updates: asyncio.Queue, request: Any) -> AsyncIterator[ReqState]:
@@ -212,7 +202,7 @@ class TokenizerManager:
     async def _control(self, message: object, reply_type: type):
         future = asyncio.get_running_loop().create_future()
         self._pending_control[reply_type].append(future)
-        self._to_scheduler.send_pyobj(message)
+        self._transport.send(message)
         return await asyncio.wait_for(future, timeout=CONTROL_TIMEOUT_S)
 
 

@@ -1,0 +1,157 @@
+"""Killable processes that build the byte DFAs of regular constraints (regex, choices,
+json_schema), so that a pathological spec costs at most `timeout` seconds of one worker's CPU
+and never the scheduler's GIL: a worker past its timeout is killed and replaced.
+
+The DFA is the expensive, tokenizer-independent part of a compile; the worker hands it back
+(pickled numpy tables) and the caller wraps it with its own vocabulary. Nothing is compiled
+twice: the worker's result is what the scheduler uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import queue
+import signal
+import threading
+from typing import Any
+
+from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
+
+logger = logging.getLogger(__name__)
+
+OK, ERROR, READY = "ok", "error", "ready"
+WORKER_START_S = 60.0
+
+
+class CompileWorkers:
+    """`build(kind, spec, options) -> (ByteDFA, description)` in one of `num_workers` processes."""
+
+    def __init__(self, num_workers: int, timeout: float) -> None:
+        if num_workers < 1 or timeout <= 0:
+            raise ValueError(f"need num_workers >= 1 and timeout > 0; got {num_workers}, {timeout}")
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self._idle: "queue.Queue[_Worker]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the worker processes now (they also start on first use)."""
+        with self._lock:
+            while len(self._workers) < self.num_workers and not self._closed:
+                worker = _Worker()
+                self._workers.append(worker)
+                self._idle.put(worker)
+
+    def build(self, kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
+        """Blocking; ConstraintError for a bad spec, a timeout or a worker that died on it."""
+        self.start()
+        worker = self._idle.get()
+        try:
+            return worker.build(kind, spec, options, self.timeout)
+        except _WorkerLost as exc:
+            self._replace(worker)
+            raise ConstraintTimeout(str(exc)) from None
+        finally:
+            if worker.alive():
+                self._idle.put(worker)
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers if w.alive()]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for worker in self._workers:
+                worker.kill()
+            self._workers.clear()
+
+    def _replace(self, worker: "_Worker") -> None:
+        with self._lock:
+            worker.kill()
+            if worker in self._workers:
+                self._workers.remove(worker)
+            if not self._closed:
+                fresh = _Worker()
+                self._workers.append(fresh)
+                self._idle.put(fresh)
+
+
+class _WorkerLost(Exception):
+    """The worker timed out or died: it is unusable and is replaced."""
+
+
+class _Worker:
+    """One compile process and our end of its pipe."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child_conn,), name="constraint-compiler",
+                                       daemon=True)
+        self.process.start()
+        child_conn.close()
+        self._ready = False
+
+    def alive(self) -> bool:
+        return self.process.is_alive() and not self.conn.closed
+
+    def build(self, kind: str, spec: Any, options: dict, timeout: float) -> tuple[ByteDFA, str]:
+        if not self._ready:
+            if self._receive(WORKER_START_S, "start")[0] != READY:
+                raise _WorkerLost("the constraint compile worker failed to start")
+            self._ready = True
+        try:
+            self.conn.send((kind, spec, options))
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError) as exc:  # nothing was written
+            raise ConstraintError(f"cannot send the {kind} constraint to the compiler: {exc}") from None
+        answer = self._receive(timeout, kind)
+        if answer[0] == ERROR:
+            raise ConstraintError(answer[1])
+        return answer[1], answer[2]
+
+    def _receive(self, timeout: float, what: str) -> tuple:
+        if not self.conn.poll(timeout):
+            logger.warning("compiling a %s constraint took longer than %g s; killing compile worker pid %d",
+                           what, timeout, self.process.pid)
+            raise _WorkerLost(f"compiling the {what} constraint took longer than {timeout:g} s")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(1.0)
+            raise _WorkerLost(f"compiling the {what} constraint crashed the compile worker "
+                              f"(exit code {self.process.exitcode})") from None
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(1.0)
+        self.conn.close()
+
+
+def _worker_main(conn) -> None:
+    """Build each (kind, spec, options) received and answer (ok, dfa, description) or (error, message)."""
+    from sgl_runtime.process.ipc import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group; the parent stops us
+    die_with_parent()
+    from sgl_runtime.constrained.compiler import build_dfa
+
+    conn.send((READY,))
+    while True:
+        try:
+            kind, spec, options = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            dfa, description = build_dfa(kind, spec, options)
+            answer: tuple = (OK, dfa, description)
+        except ConstraintError as exc:
+            answer = (ERROR, str(exc))
+        except Exception as exc:  # noqa: BLE001 - any compiler failure is this constraint's error
+            answer = (ERROR, f"cannot compile {kind} constraint: {type(exc).__name__}: {exc}")
+        conn.send(answer)
