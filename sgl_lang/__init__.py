@@ -15,7 +15,7 @@ from sgl_lang.choices import (
     unconditional_likelihood_normalized,
 )
 from sgl_lang.program import SglFunction
-from sgl_lang.global_config import get_default_backend, set_default_backend
+from sgl_lang.global_config import get_default_backend, global_config, set_default_backend
 from sgl_lang.interpreter import ProgramError
 from sgl_lang.program_state import ProgramState, ProgramStateGroup
 from sgl_lang.sampling_params import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams
@@ -38,5 +38,5 @@ __all__ = [
     "assistant_begin", "assistant_end", "set_default_backend", "get_default_backend", "flush_cache",
     "get_server_info", "ChoicesDecision", "ChoicesSamplingMethod", "token_length_normalized",
     "greedy_token_selection", "unconditional_likelihood_normalized", "REGEX_INT", "REGEX_FLOAT",
-    "REGEX_BOOL", "REGEX_STR", "image", "video", "separate_reasoning",
+    "REGEX_BOOL", "REGEX_STR", "image", "video", "separate_reasoning", "global_config",
 ]

@@ -9,6 +9,7 @@ json_schema, grammar); an unknown keyword or a regex that does not compile raise
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 from sgl_lang.choices import ChoicesSamplingMethod, token_length_normalized
@@ -25,9 +26,29 @@ def function(func: Optional[Callable] = None, num_api_spec_tokens: Optional[int]
     return lambda f: SglFunction(f, num_api_spec_tokens=num_api_spec_tokens)
 
 
-def gen(name: Optional[str] = None, *, choices: Optional[list] = None,
-        choices_method: Optional[ChoicesSamplingMethod] = None, **params: Any):
+# SGLang's positional order of gen's parameters after `name` (each is a SglSamplingParams field or alias).
+GEN_ORDER = ("max_tokens", "min_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+             "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "return_logprob",
+             "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "dtype", "choices",
+             "choices_method", "regex", "json_schema")
+GEN_INT_ORDER = tuple(n for n in GEN_ORDER[:17] if n != "min_tokens")
+
+
+def _positional(order: tuple, args: tuple, params: dict, fn: str) -> dict:
+    """SGLang's gen takes its parameters positionally too: map them onto their names."""
+    if len(args) > len(order):
+        raise TypeError(f"{fn}() takes at most {len(order) + 1} positional arguments")
+    for key, value in zip(order, args):
+        if key in params:
+            raise TypeError(f"{fn}() got multiple values for argument {key!r}")
+        params[key] = value
+    return params
+
+
+def gen(name: Optional[str] = None, *args: Any, **params: Any):
     """Generate text into variable `name`. With `choices=`, this is `select`."""
+    params = _positional(GEN_ORDER, args, params, "gen")
+    choices, choices_method = params.pop("choices", None), params.pop("choices_method", None)
     sampling_params = SglSamplingParams.from_kwargs(**params)  # unknown keywords raise even with choices
     if choices is not None:  # other sampling parameters do not apply to scoring, as in SGLang
         temperature = sampling_params.temperature
@@ -36,14 +57,25 @@ def gen(name: Optional[str] = None, *, choices: Optional[list] = None,
     return SglGen(name, sampling_params)
 
 
-def gen_int(name: Optional[str] = None, **params: Any) -> SglGen:
+def gen_int(name: Optional[str] = None, *args: Any, **params: Any) -> SglGen:
     """Generate an integer (a regex constraint on the runtime)."""
-    return gen(name, **params, dtype=int)
+    return gen(name, **_positional(GEN_INT_ORDER, args, params, "gen_int"), dtype=int)
 
 
-def gen_string(name: Optional[str] = None, **params: Any) -> SglGen:
+def gen_string(name: Optional[str] = None, *args: Any, **params: Any) -> SglGen:
     """Generate a double-quoted string (a regex constraint on the runtime)."""
-    return gen(name, **params, dtype=str)
+    return gen(name, **_positional(GEN_INT_ORDER, args, params, "gen_string"), dtype=str)
+
+
+def _signature(order: tuple) -> inspect.Signature:
+    """gen's signature as SGLang spells it: `name` then every parameter of `order`, all None."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature([inspect.Parameter(n, kind, default=None) for n in ("name", *order)])
+
+
+gen.__signature__ = _signature(GEN_ORDER)
+gen_int.__signature__ = _signature(GEN_INT_ORDER)
+gen_string.__signature__ = _signature(GEN_INT_ORDER)
 
 
 def select(name: Optional[str] = None, choices: Optional[list] = None, temperature: float = 0.0,
@@ -97,17 +129,23 @@ def assistant_end() -> SglRoleEnd:
     return SglRoleEnd("assistant")
 
 
-def _unsupported(name: str):
-    def primitive(*args: Any, **kwargs: Any):
-        raise NotImplementedError(f"sgl.{name} is not supported by sgl_lang yet (text-only models)")
-
-    primitive.__name__ = name
-    return primitive
+def _not_supported(name: str, why: str):
+    raise NotImplementedError(f"sgl.{name} is not supported by this runtime ({why})")
 
 
-image = _unsupported("image")
-video = _unsupported("video")
-separate_reasoning = _unsupported("separate_reasoning")
+def image(expr: Any):
+    """SGLang's image input: this runtime serves text-only models, so it raises NotImplementedError."""
+    _not_supported("image", "it serves text-only models")
+
+
+def video(path: str, num_frames: int):
+    """SGLang's video input: this runtime serves text-only models, so it raises NotImplementedError."""
+    _not_supported("video", "it serves text-only models")
+
+
+def separate_reasoning(expr: Any = None, model_type: Optional[str] = None):
+    """SGLang's reasoning-content split: not implemented in sgl_lang; raises NotImplementedError."""
+    _not_supported("separate_reasoning", "no reasoning parser in sgl_lang; read the text and split it yourself")
 
 
 def flush_cache(backend: Optional[Any] = None) -> bool:

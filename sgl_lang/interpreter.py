@@ -32,6 +32,9 @@ class ProgramError(RuntimeError):
         self.state = state
 
 
+STREAMED_LOGPROB_KEYS = ("output_token_logprobs", "output_top_logprobs")
+
+
 class StreamExecutor:
     """Executes the nodes of one program (or one fork branch) sequentially."""
 
@@ -49,6 +52,7 @@ class StreamExecutor:
         self.meta_info: dict = {}
         self.variable_event: dict = {}
         self.partial_values: dict = {}  # variable -> text generated so far (streaming)
+        self.stream_chunks: dict = {}  # variable -> [(text, meta_info)] as streamed (meta's logprobs are per chunk)
         self.error_: Optional[BaseException] = None
         self.cur_role: Optional[str] = None
         self.cur_role_begin_pos = 0
@@ -161,7 +165,9 @@ class StreamExecutor:
             return
         if self.stream:
             meta: dict = {}
+            chunks = self.stream_chunks.setdefault(node.name, [])
             for chunk, meta in self.backend.generate_stream(self, params):
+                self._record_chunk(chunks, chunk, meta)
                 self._append(chunk, node.name)
             value = self.partial_values[node.name]
         else:
@@ -239,6 +245,18 @@ class StreamExecutor:
             if variable is not None:
                 self.partial_values[variable] += text
             self.changed.notify_all()
+
+    def _record_chunk(self, chunks: list, text: str, meta: dict) -> None:
+        """Keep a streamed chunk with its meta info; a chunk without text (a token whose text is not
+        complete yet) hands its per-chunk logprobs on to the next chunk."""
+        carried = self.__dict__.pop("_carried_logprobs", None)
+        if carried:
+            meta = {**meta, **{k: carried[k] + list(meta.get(k) or []) for k in carried}}
+        if not text:
+            self._carried_logprobs = {k: list(meta[k]) for k in STREAMED_LOGPROB_KEYS if meta.get(k)}
+            return
+        with self.changed:
+            chunks.append((text, meta))
 
     def _publish(self, name: str, value: Any, meta: dict) -> None:
         with self.changed:

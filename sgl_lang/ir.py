@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sgl_lang.choices import ChoicesSamplingMethod
-from sgl_lang.sampling_params import SglSamplingParams
+from sgl_lang.sampling_params import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams  # noqa: F401 (SGLang's sglang.lang.ir exports them)
 
 _anonymous_ids = itertools.count()
 

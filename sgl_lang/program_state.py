@@ -30,6 +30,13 @@ class ProgramState:
 
     # Writing
     def __iadd__(self, other: Any) -> "ProgramState":
+        if isinstance(other, ProgramState):  # `s += other_program(...)`: append what it produced
+            other.sync()
+            if other.error() is not None:
+                raise ProgramError(f"the program added to this one failed: {other.error()}") from other.error()
+            for name, value in other.stream_executor.variables.items():
+                self.set_var(name, value)
+            other = other.text()
         self.stream_executor.submit(to_expr(other))
         return self
 
@@ -142,9 +149,31 @@ class ProgramState:
         current, done = self._stream_snapshot(var_name)
         return done or len(current) > sent
 
-    async def text_async_iter(self, var_name: Optional[str] = None) -> AsyncIterator[str]:
-        """`text_iter` for asyncio code: the blocking waits run in the default executor."""
-        chunks = self.text_iter(var_name)
+    def _meta_iter(self, var_name: str) -> Iterator[tuple[str, dict]]:
+        """(chunk, meta_info) pairs of a streamed gen; meta_info carries that chunk's logprobs."""
+        executor, sent = self.stream_executor, 0
+
+        def ready() -> bool:
+            return len(executor.stream_chunks.get(var_name, ())) > sent or self._stream_snapshot(var_name)[1]
+
+        while True:
+            with executor.changed:
+                executor.changed.wait_for(ready)
+                chunks = list(executor.stream_chunks.get(var_name, ()))
+                done = self._stream_snapshot(var_name)[1]
+            if len(chunks) > sent:
+                yield from chunks[sent:]
+                sent = len(chunks)
+            elif done:
+                return
+
+    async def text_async_iter(self, var_name: Optional[str] = None,
+                              return_meta_data: bool = False) -> AsyncIterator[Any]:
+        """`text_iter` for asyncio code: the blocking waits run in the default executor. With
+        return_meta_data=True (a variable's stream only), yields (chunk, meta_info) pairs."""
+        if return_meta_data and var_name is None:
+            raise ValueError("text_async_iter(return_meta_data=True) needs a variable name")
+        chunks = self._meta_iter(var_name) if return_meta_data else self.text_iter(var_name)
         loop = asyncio.get_running_loop()
         while True:
             chunk = await loop.run_in_executor(None, next, chunks, _STOP)
@@ -176,11 +205,16 @@ class ProgramStateGroup:
         return iter(self.states)
 
     def __setitem__(self, i: int, value: Any) -> None:
-        raise TypeError("fork branches cannot be replaced; use `forks[i] += ...`")
+        """`forks[i] += x` appends to branch i in place (Python then stores the same branch back)."""
+        if value is not self.states[i]:
+            raise TypeError("fork branches cannot be replaced; use `forks[i] += ...`")
 
     def __iadd__(self, other: Union[Any, list]) -> "ProgramStateGroup":
-        """Append to every branch (a list appends its i-th item to branch i)."""
-        if isinstance(other, list):
+        """Append to every branch (a list or tuple appends its i-th item to branch i, a function
+        called with i gives branch i's item)."""
+        if callable(other) and not isinstance(other, SglExpr):
+            other = [other(i) for i in range(len(self.states))]
+        if isinstance(other, (list, tuple)):
             if len(other) != len(self.states):
                 raise ValueError(f"got {len(other)} items for {len(self.states)} branches")
             for state, item in zip(self.states, other):
@@ -191,9 +225,12 @@ class ProgramStateGroup:
         return self
 
     def join(self, mode: str = "gather_variable") -> None:
-        """Wait for every branch; each variable a branch created becomes a list in the parent."""
-        if mode != "gather_variable":
-            raise ValueError(f"join mode {mode!r} is not supported; use 'gather_variable'")
+        """Wait for every branch. gather_variable: each variable a branch created becomes a list in
+        the parent. concate_and_append: the text each branch added is appended to the parent, in order."""
+        if mode not in ("gather_variable", "concate_and_append"):
+            raise ValueError(f"join mode {mode!r} is not supported; use 'gather_variable' or 'concate_and_append'")
+        if mode == "concate_and_append":
+            return self._concatenate()
         parent = self.parent.stream_executor
         existing = set(parent.variables)
         gathered: dict = {}
@@ -207,3 +244,13 @@ class ProgramStateGroup:
                     gathered.setdefault(name, []).append(executor.variables[name])
         for name, values in gathered.items():
             parent.set_var(name, values)
+
+    def _concatenate(self) -> None:
+        start = len(self.parent.stream_executor.text_)
+        added = []
+        for i, state in enumerate(self.states):
+            state.stream_executor.end()
+            if state.stream_executor.error_ is not None:
+                raise ProgramError(f"fork branch {i} failed: {state.stream_executor.error_}")
+            added.append(state.stream_executor.text_[start:])
+        self.parent += "".join(added)

@@ -42,6 +42,7 @@ class SglSamplingParams:
     n: Optional[int] = _param(SAMPLING, (int,), "number of samples (1 for the DSL)")
     stop: Optional[Any] = _param(SAMPLING, (str, list, tuple), "stop string or list of stop strings")
     stop_token_ids: Optional[Any] = _param(SAMPLING, (list, tuple), "token ids that stop generation")
+    stop_regex: Optional[Any] = _param(SAMPLING, (str, list, tuple), "regex or list of regexes that stop generation")
     temperature: Optional[float] = _param(SAMPLING, _NUM, "sampling temperature (0 = greedy)")
     top_p: Optional[float] = _param(SAMPLING, _NUM, "nucleus sampling mass")
     top_k: Optional[int] = _param(SAMPLING, (int,), "top-k sampling (-1 = off)")

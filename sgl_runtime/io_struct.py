@@ -97,6 +97,7 @@ class ReqTokenOutput:
     new_output_top_logprobs: Optional[list] = None
     error: Optional[str] = None  # a per-request failure (e.g. constraint compile error)
     stop_strs: tuple = ()  # the request's stop strings, so the detokenizer holds back partial matches
+    stop_regexes: tuple = ()  # the request's stop_regex patterns, so the detokenizer trims a match
     index: int = 0  # which of the request's n samples this is (n > 1 fans out inside the scheduler)
     forward_passes: int = 0  # forward passes the request took part in (jump-forward makes it < tokens)
     prompt_tail_ids: tuple = ()  # last prompt tokens: context to decode the first output token (SentencePiece)

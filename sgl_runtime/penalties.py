@@ -21,6 +21,24 @@ def apply_penalties_(logits: torch.Tensor, reqs: Sequence) -> None:
     rows = [i for i, r in enumerate(reqs) if r.sampling_params.repetition_penalty != 1.0]
     if rows:
         _apply_repetition_penalty_(logits, [reqs[i] for i in rows], rows)
+    apply_logit_bias_(logits, reqs)
+
+
+def apply_logit_bias_(logits: torch.Tensor, reqs: Sequence) -> None:
+    """Add each request's logit_bias (token id -> bias, OpenAI semantics) to its row, in place."""
+    vocab = logits.shape[-1]
+    rows: list[int] = []
+    cols: list[int] = []
+    biases: list[float] = []
+    for i, req in enumerate(reqs):
+        for token_id, bias in req.sampling_params.logit_bias:
+            if token_id < vocab:
+                rows.append(i)
+                cols.append(token_id)
+                biases.append(float(bias))
+    if rows:
+        index = to_device([rows, cols], torch.int64, logits.device)
+        logits.index_put_((index[0], index[1]), to_device(biases, logits.dtype, logits.device), accumulate=True)
 
 
 def mask_stop_tokens_(logits: torch.Tensor, reqs: Sequence) -> None:

@@ -7,9 +7,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from sgl_runtime.sglang_fields import SAMPLING_PARAMS, UnsupportedFieldError, strip_sglang_fields
+
 
 class InvalidRequestError(ValueError):
     """A request the runtime refuses (answered with HTTP 400 by the server)."""
+
+
+ALIASES = {"grammar": "ebnf", "max_tokens": "max_new_tokens", "sampling_seed": "seed"}  # other spellings accepted
 
 
 @dataclass(frozen=True)
@@ -24,13 +29,15 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     stop: tuple = ()
+    stop_regex: tuple = ()  # regexes searched on the output's tail; finish_reason.matched is the regex
     stop_token_ids: tuple = ()
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     n: int = 1
-    seed: Optional[int] = None
+    seed: Optional[int] = None  # SGLang spells it sampling_seed
+    logit_bias: tuple = ()  # (token_id, bias) pairs added to the logits before sampling
     # Constraints: at most one of these may be set.
     regex: Optional[str] = None
     json_schema: Optional[str] = None
@@ -75,8 +82,13 @@ class SamplingParams:
             bad("seed", f"must be an integer, got {self.seed!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", "must be a non-empty string or a list of non-empty strings")
+        for pattern in self.stop_regex:
+            _check_regex(pattern, bad)
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             bad("stop_token_ids", "must be a list of non-negative integers")
+        for token_id, bias in self.logit_bias:
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+                bad("logit_bias", f"token {token_id}: the bias must be a number in [-100, 100], got {bias!r}")
         constraints = [n for n in ("regex", "json_schema", "ebnf", "choices") if getattr(self, n) is not None]
         if len(constraints) > 1:
             bad(constraints[1], f"only one constraint may be given, got {', '.join(constraints)}")
@@ -114,20 +126,14 @@ class SamplingParams:
             return SamplingParams()
         if not isinstance(params, dict):
             raise InvalidRequestError(f"sampling_params must be an object, got {type(params).__name__}")
-        params = dict(params)
-        if "grammar" in params:  # accepted alias of ebnf
-            if params.get("ebnf") is not None:
-                raise InvalidRequestError("sampling_params: give either grammar or ebnf, not both")
-            params["ebnf"] = params.pop("grammar")
-        if "max_tokens" in params and "max_new_tokens" not in params:  # OpenAI spelling
-            params["max_new_tokens"] = params.pop("max_tokens")
-        known = {f.name for f in dataclasses.fields(SamplingParams)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise InvalidRequestError(f"sampling_params: unknown parameter(s) {', '.join(unknown)}")
+        params = _canonical_names(params)
         params = {k: v for k, v in params.items() if v is not None or k in ("seed",)}
         if "stop" in params:
             params["stop"] = _as_tuple(params["stop"], "stop")
+        if "stop_regex" in params:
+            params["stop_regex"] = _as_tuple(params["stop_regex"], "stop_regex")
+        if "logit_bias" in params:
+            params["logit_bias"] = _logit_bias_pairs(params["logit_bias"])
         if "stop_token_ids" in params:
             params["stop_token_ids"] = _as_tuple(params["stop_token_ids"], "stop_token_ids")
         if "choices" in params:
@@ -143,6 +149,51 @@ class SamplingParams:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _canonical_names(params: dict) -> dict:
+    """Aliases resolved to this runtime's names; SGLang fields that need nothing dropped;
+    unsupported or unknown fields raise InvalidRequestError naming them."""
+    known = {f.name for f in dataclasses.fields(SamplingParams)}
+    try:
+        params = strip_sglang_fields(params, SAMPLING_PARAMS, known | set(ALIASES), "sampling_params.")
+    except UnsupportedFieldError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+    for alias, name in ALIASES.items():
+        if alias in params:
+            value = params.pop(alias)
+            if params.get(name) is not None and value is not None and params[name] != value:
+                raise InvalidRequestError(f"sampling_params: give either {alias} or {name}, not both")
+            if value is not None or name not in params:
+                params[name] = value
+    return params
+
+
+def _logit_bias_pairs(value: Any) -> tuple:
+    """{"token_id": bias} (string or integer keys, as OpenAI and SGLang send it) -> sorted pairs."""
+    if not isinstance(value, dict):
+        raise InvalidRequestError("sampling_params.logit_bias must be an object mapping token ids to biases")
+    pairs = []
+    for key, bias in value.items():
+        try:
+            token_id = int(key)
+        except (TypeError, ValueError):
+            raise InvalidRequestError(f"sampling_params.logit_bias: {key!r} is not a token id") from None
+        if token_id < 0:
+            raise InvalidRequestError(f"sampling_params.logit_bias: token id {token_id} is negative")
+        pairs.append((token_id, bias))
+    return tuple(sorted(pairs))
+
+
+def _check_regex(pattern: Any, bad) -> None:
+    import re
+
+    if not isinstance(pattern, str) or not pattern:
+        bad("stop_regex", "must be a non-empty string or a list of non-empty strings")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        bad("stop_regex", f"{pattern!r} is not a valid regex: {exc}")
 
 
 def _as_tuple(value: Union[str, int, list, tuple], name: str) -> tuple:

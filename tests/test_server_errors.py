@@ -43,7 +43,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "x", "max_tokens": "many"}, 400, ["max_tokens"]),
     ("/v1/completions", {"prompt": "x", "unknown_field": 1}, 400, ["unknown_field"]),
     ("/v1/completions", {"prompt": ""}, 400, ["empty"]),
-    ("/v1/completions", {"prompt": "x", "logit_bias": {"1": 5}}, 400, ["logit_bias"]),
+    ("/v1/completions", {"prompt": "x", "lora_path": "adapter"}, 400, ["lora_path", "not supported"]),
     ("/v1/chat/completions", {"model": "m"}, 400, ["messages"]),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, ["role"]),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 2}, 400, ["top_p"]),

@@ -16,10 +16,18 @@ from sgl_lang.sampling_params import SglSamplingParams
 class RuntimeEndpoint(BaseBackend):
     """A server at `base_url` speaking POST /generate, GET /get_model_info, /get_server_info, ..."""
 
-    def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = 600.0,
+    def __init__(self, base_url: str, api_key: Optional[str] = None, verify: Optional[str] = None,
+                 chat_template_name: Optional[str] = None, *, timeout: float = 600.0,
                  chat_template: Optional[ChatTemplate] = None):
+        """`verify`: requests' TLS verification (a CA bundle path, or False). The chat template is
+        the server's own (from /get_model_info); SGLang's named templates (`chat_template_name`)
+        are not shipped, so naming one raises ValueError."""
+        if chat_template_name is not None:
+            raise ValueError(f"chat_template_name={chat_template_name!r} is not supported by sgl_lang: the chat "
+                             "template comes from the server (start it with --chat-template to change it)")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
+        self.verify = True if verify is None else verify
         self.timeout = timeout
         self.model_info = self._request("GET", "/get_model_info")
         self.chat_template = chat_template or chat_template_from_jinja(
@@ -110,7 +118,8 @@ class RuntimeEndpoint(BaseBackend):
 
     def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
         try:
-            res = requests.request(method, self.base_url + path, json=body, headers=self._headers(), timeout=self.timeout)
+            res = requests.request(method, self.base_url + path, json=body, headers=self._headers(), timeout=self.timeout,
+                                   verify=self.verify)
         except requests.RequestException as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
         _raise_for_status(res)
@@ -121,7 +130,8 @@ class RuntimeEndpoint(BaseBackend):
 
     def _stream(self, path: str, body: dict) -> Iterator[dict]:
         try:
-            res = requests.post(self.base_url + path, json=body, headers=self._headers(), stream=True, timeout=self.timeout)
+            res = requests.post(self.base_url + path, json=body, headers=self._headers(), stream=True,
+                                timeout=self.timeout, verify=self.verify)
         except requests.RequestException as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
         with res:

@@ -9,6 +9,7 @@ GetStatsOut) are forwarded to the TokenizerManager unchanged.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -97,7 +98,11 @@ class DetokenizerManager:
             return pending
         if out.finished_reason is not None:
             matched = out.finished_reason.get("matched")
-            if out.finished_reason.get("type") == "stop" and isinstance(matched, str) and matched:
+            if out.finished_reason.get("type") == "stop" and matched in out.stop_regexes:
+                found = re.search(matched, pending)
+                if found:
+                    pending = pending[:found.start()]
+            elif out.finished_reason.get("type") == "stop" and isinstance(matched, str) and matched:
                 cut = pending.find(matched)
                 if cut >= 0:
                     pending = pending[:cut]

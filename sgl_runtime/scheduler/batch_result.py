@@ -115,6 +115,7 @@ def make_token_output(req: Req) -> ReqTokenOutput:
         no_stop_trim=params.no_stop_trim,
         error=req.error,
         stop_strs=tuple(params.stop),
+        stop_regexes=tuple(params.stop_regex),
         index=req.index,
         forward_passes=req.forward_passes,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Optional
 
@@ -11,6 +12,7 @@ from sgl_runtime.detokenizer.incremental_detokenizer import IncrementalDetokeniz
 from sgl_runtime.sampling_params import SamplingParams
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
+STOP_REGEX_WINDOW = 256  # characters of earlier output a stop_regex match may span (SGLang bounds it too)
 
 
 class Req:
@@ -82,19 +84,20 @@ class Req:
         # Greedy without penalties: with no constraint and min_new_tokens reached, sampling is one argmax.
         self.plain_greedy = sampling_params.is_greedy and sampling_params.repetition_penalty == 1.0 and (
             sampling_params.frequency_penalty == 0.0 and sampling_params.presence_penalty == 0.0
-        )
+        ) and not sampling_params.logit_bias
         self.generator: Optional[torch.Generator] = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed + index)
         self.constraint_future = None
         self.matcher = None
         self.detokenizer = None
-        if sampling_params.stop and tokenizer is not None:
+        if (sampling_params.stop or sampling_params.stop_regex) and tokenizer is not None:
             self.detokenizer = IncrementalDetokenizer(
                 tokenizer, origin_input_ids, sampling_params.skip_special_tokens,
                 sampling_params.spaces_between_special_tokens,
             )
-            self._max_stop_len = max(len(s) for s in sampling_params.stop)
+            self._max_stop_len = max((len(s) for s in sampling_params.stop), default=0)
+            self._stop_regexes = [re.compile(p) for p in sampling_params.stop_regex]
 
     # ------------------------------------------------------------------ sequence views
     @property
@@ -183,6 +186,10 @@ class Req:
                 for stop in params.stop:
                     if stop in tail:
                         return self.finish({"type": "stop", "matched": stop})
+                regex_tail = self.detokenizer.text[-(STOP_REGEX_WINDOW + len(new_text)) :]
+                for pattern in self._stop_regexes:
+                    if pattern.search(regex_tail):
+                        return self.finish({"type": "stop", "matched": pattern.pattern})
         if len(self.output_ids) >= self.max_new_tokens:
             return self.finish({"type": "length", "length": self.max_new_tokens})
         if self.matcher is not None and self.matcher.is_terminated():

@@ -14,8 +14,11 @@ from typing import Any, Optional
 
 from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.sampling_params import InvalidRequestError
+from sgl_runtime.sglang_fields import GATEWAY_ADDED, GENERATE_REQ_INPUT, UnsupportedFieldError, strip_sglang_fields
 
 PER_REQUEST_FIELDS = ("sampling_params", "rid", "return_logprob", "logprob_start_len", "top_logprobs_num")
+
+NULL_MEANS_DEFAULT = ("return_logprob", "logprob_start_len", "top_logprobs_num", "stream", "return_text_in_logprobs")
 
 
 @dataclass
@@ -34,14 +37,17 @@ class SingleRequest:
 
 
 def parse_generate_body(body: Any) -> GenerateReqInput:
-    """Build a GenerateReqInput from decoded JSON, rejecting unknown fields."""
+    """Build a GenerateReqInput from decoded JSON. SGLang's fields that need nothing here are
+    dropped (see sglang_fields); unsupported values and unknown fields raise InvalidRequestError."""
     if not isinstance(body, dict):
         raise InvalidRequestError(f"request body must be a JSON object, got {type(body).__name__}")
     known = {f.name for f in dataclasses.fields(GenerateReqInput)}
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise InvalidRequestError(f"unknown field(s): {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
-    return GenerateReqInput(**body)
+    try:
+        body = strip_sglang_fields(body, GENERATE_REQ_INPUT, known, "", GATEWAY_ADDED)
+    except UnsupportedFieldError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+    # SGLang sends null for "the default" of these
+    return GenerateReqInput(**{k: v for k, v in body.items() if v is not None or k not in NULL_MEANS_DEFAULT})
 
 
 def split_generate_request(obj: GenerateReqInput) -> tuple[list[SingleRequest], bool]:

@@ -18,6 +18,7 @@ from sgl_runtime.version import __version__
 from sgl_runtime.server.metrics import CONTENT_TYPE, ServerMetrics
 from sgl_runtime.server.openai_api import build_openai_router
 from sgl_runtime.server.openai_protocol import describe_validation_errors, error_response
+from sgl_runtime.server.sglang_routes import IncrementalLogprobs, build_sglang_router
 from sgl_runtime.server.sse import SafeJSONResponse, sse_event, sse_stream
 from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.server.generate_request import parse_generate_body
@@ -46,6 +47,7 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
     if args.api_key:
         _install_api_key_check(app, args.api_key)
     app.include_router(build_openai_router(tm, args.model_name, tm.model_info.context_length))
+    app.include_router(build_sglang_router(tm))
 
     @app.post("/generate")
     async def generate(request: Request):
@@ -84,6 +86,7 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
         return {"success": True, "aborted": count}
 
     @app.get("/get_model_info")
+    @app.get("/model_info")
     async def get_model_info() -> dict:
         return _model_info(tm)
 
@@ -106,11 +109,12 @@ async def _answer(tm: TokenizerManager, obj: GenerateReqInput, request: Request)
     if not obj.stream:
         return await _first(tm.generate(obj, request))
     first, chunks = await tm.open_stream(obj)  # errors before the first output are a 400
+    incremental = IncrementalLogprobs()
 
     async def events() -> AsyncIterator[str]:
-        yield sse_event(first)
+        yield sse_event(incremental(first))
         async for chunk in chunks:
-            yield sse_event(chunk)
+            yield sse_event(incremental(chunk))
             if "error" in chunk:
                 return
 

@@ -22,13 +22,16 @@ from sgl_runtime.server.openai_responses import StreamBuilder, chat_response, co
 from sgl_runtime.server.sse import sse_event, sse_stream
 from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.sampling_params import InvalidRequestError
+from sgl_runtime.sglang_fields import CHAT_COMPLETION_REQUEST, COMPLETION_REQUEST, UnsupportedFieldError, strip_sglang_fields
 
 JSON_OBJECT_SCHEMA = {"type": "object"}
+SGLANG_TABLES = {"CompletionRequest": COMPLETION_REQUEST, "ChatCompletionRequest": CHAT_COMPLETION_REQUEST}
 # OpenAI field -> native sampling parameter (None values are left out).
 RENAMED = {"min_tokens": "min_new_tokens"}
 PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
                   "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "choices", "stop")
+                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "choices", "stop", "stop_regex",
+                  "logit_bias")
 
 
 def build_openai_router(tokenizer_manager, model_name: str, context_length: int) -> APIRouter:
@@ -86,10 +89,21 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
 
 
 async def parse_body(request: Request, model: type[BaseModel]) -> Any:
-    """The JSON body validated into `model`, whatever the Content-Type header says."""
+    """The JSON body validated into `model`, whatever the Content-Type header says. SGLang's own
+    request fields that need nothing here are dropped first (see sglang_fields)."""
     raw = await request.body()
     try:
-        return model.model_validate_json(raw)
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
+    table = SGLANG_TABLES.get(model.__name__)
+    if isinstance(body, dict) and table is not None:
+        try:
+            body = strip_sglang_fields(body, table, set(model.model_fields), "")
+        except UnsupportedFieldError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+    try:
+        return model.model_validate(body)
     except ValidationError as exc:
         message, _ = describe_validation_errors(exc.errors(include_url=False))
         raise InvalidRequestError(message) from exc
@@ -140,8 +154,7 @@ def _prompt_text(prompt: Any, tokenizer) -> str:
 
 
 def _reject_unsupported(body: _SamplingFields) -> None:
-    if body.logit_bias:
-        raise InvalidRequestError("logit_bias is not supported")
+    """Nothing left to reject here: SGLang's unsupported fields are refused while parsing (sglang_fields)."""
 
 
 def _include_usage(body: _SamplingFields) -> bool:

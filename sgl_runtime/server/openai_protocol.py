@@ -56,6 +56,7 @@ class _SamplingFields(_Strict):
     min_tokens: Optional[int] = None
     ignore_eos: Optional[bool] = None
     stop_token_ids: Optional[list[int]] = None
+    stop_regex: Optional[Union[str, list[str]]] = None
     skip_special_tokens: Optional[bool] = None
     no_stop_trim: Optional[bool] = None
     regex: Optional[str] = None

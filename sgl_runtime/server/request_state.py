@@ -84,6 +84,7 @@ class ReqState:
         if self.request.return_logprob:
             for key in LOGPROB_KEYS:
                 meta[key] = self._logprobs_for_client(key)
+            meta["output_token_logprobs_length"] = len(meta["output_token_logprobs"])
         return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}
 
     def _logprobs_for_client(self, key: str) -> list:
