@@ -64,6 +64,12 @@ class ServerArgs:
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
     constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
 
+    # Tools and reasoning (docs/tools.md)
+    tool_call_parser: Optional[str] = _arg(
+        None, "Tool-call format: qwen25 (alias hermes), llama3 or mistral (default: picked from the chat template).")
+    reasoning_parser: Optional[str] = _arg(
+        None, "Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: no split).")
+
     def __post_init__(self) -> None:
         for name, value in self._choice_fields():
             if value not in self.__dataclass_fields__[name].metadata["choices"]:
