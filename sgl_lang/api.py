@@ -107,7 +107,6 @@ def _unsupported(name: str):
 
 image = _unsupported("image")
 video = _unsupported("video")
-separate_reasoning = _unsupported("separate_reasoning")
 
 
 def flush_cache(backend: Optional[Any] = None) -> bool:
