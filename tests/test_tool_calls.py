@@ -146,3 +146,16 @@ def test_bad_tool_input_is_400(client):
     with pytest.raises(openai.BadRequestError, match=r"tools\[0\] \(weird\).*pattern"):
         client.chat.completions.create(model="default", messages=MESSAGES, tools=bad, tool_choice="required",
                                        max_tokens=4)
+
+
+def test_example_tool_call_round_trip(client):
+    """examples/tool_call.py against the random model: the call is valid, answered, and the model replies."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tool_call_example", Path(__file__).parents[1] / "examples/tool_call.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    call, answer = example.converse(client, "default", max_tokens=48)
+    assert call["name"] == "get_weather" and call["result"]["city"] == call["arguments"]["city"]
+    assert isinstance(answer, str)
