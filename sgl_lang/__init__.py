@@ -5,7 +5,7 @@ Needs only requests, tqdm and jinja2; never imports torch or the runtime.
 
 from sgl_lang.api import (
     Runtime, assistant, assistant_begin, assistant_end, flush_cache, function, gen, gen_int, gen_string,
-    get_server_info, image, select, separate_reasoning, system, system_begin, system_end, user, user_begin,
+    get_server_info, image, select, system, system_begin, system_end, user, user_begin,
     user_end, video,
 )
 from sgl_lang.backend.base import BackendError, BaseBackend
@@ -30,6 +30,8 @@ def __getattr__(name: str):
         return OpenAI
     raise AttributeError(f"module 'sgl_lang' has no attribute {name!r}")
 
+
+from sgl_lang.reasoning import separate_reasoning  # noqa: E402
 
 __all__ = [
     "OpenAI", "Runtime", "RuntimeEndpoint", "BaseBackend", "BackendError", "ProgramError", "ProgramState",

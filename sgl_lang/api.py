@@ -143,11 +143,6 @@ def video(path: str, num_frames: int):
     _not_supported("video", "it serves text-only models")
 
 
-def separate_reasoning(expr: Any = None, model_type: Optional[str] = None):
-    """SGLang's reasoning-content split: not implemented in sgl_lang; raises NotImplementedError."""
-    _not_supported("separate_reasoning", "no reasoning parser in sgl_lang; read the text and split it yourself")
-
-
 def flush_cache(backend: Optional[Any] = None) -> bool:
     """Empty the backend's prefix cache; False when there is no backend."""
     backend = resolve_backend(backend, required=False)

@@ -84,6 +84,8 @@ class StreamExecutor:
                 self._register(node.name)
             elif isinstance(node, SglVarScopeEnd):
                 self._register(node.name)
+            elif hasattr(node, "target_name") and node.target_name() is not None:  # separate_reasoning
+                self._register(node.target_name() + "_reasoning_content")
             self.queue.put(node)
 
     def sync(self) -> None:
@@ -189,6 +191,15 @@ class StreamExecutor:
             return spec.take(params)
         spec.filled.append(value)
         return value
+
+    def _run_SeparateReasoning(self, node) -> None:
+        """Split the preceding gen's value: answer under its name, reasoning under NAME_reasoning_content."""
+        name = node.target_name()
+        if name is None or name not in self.variables:
+            raise ValueError("separate_reasoning needs a gen before it (sgl.separate_reasoning(sgl.gen(...)))")
+        reasoning, answer = node.split(self.variables[name])
+        self._publish(name, answer, self.meta_info.get(name, {}))
+        self._publish(name + "_reasoning_content", reasoning, {})
 
     def _run_Select(self, node: SglSelect) -> None:
         decision = self.backend.select(self, list(node.choices), node.temperature, node.choices_method)

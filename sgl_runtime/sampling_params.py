@@ -43,6 +43,7 @@ class SamplingParams:
     json_schema: Optional[str] = None
     ebnf: Optional[str] = None
     choices: Optional[tuple] = None
+    structural_tag: Optional[str] = None  # JSON: free text with trigger-activated constrained regions
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -89,7 +90,7 @@ class SamplingParams:
         for token_id, bias in self.logit_bias:
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
                 bad("logit_bias", f"token {token_id}: the bias must be a number in [-100, 100], got {bias!r}")
-        constraints = [n for n in ("regex", "json_schema", "ebnf", "choices") if getattr(self, n) is not None]
+        constraints = [n for n in ("regex", "json_schema", "ebnf", "choices", "structural_tag") if getattr(self, n) is not None]
         if len(constraints) > 1:
             bad(constraints[1], f"only one constraint may be given, got {', '.join(constraints)}")
         if self.regex is not None and not isinstance(self.regex, str):
@@ -110,6 +111,8 @@ class SamplingParams:
             return ("grammar", self.ebnf)
         if self.choices is not None:
             return ("choices", self.choices)
+        if self.structural_tag is not None:
+            return ("structural_tag", self.structural_tag)
         return None
 
     @property
@@ -142,6 +145,10 @@ class SamplingParams:
             if not isinstance(params["json_schema"], (dict, bool)):
                 raise InvalidRequestError("sampling_params.json_schema must be an object, a boolean or a JSON string")
             params["json_schema"] = json.dumps(params["json_schema"])
+        if "structural_tag" in params and not isinstance(params["structural_tag"], str):
+            if not isinstance(params["structural_tag"], dict):
+                raise InvalidRequestError("sampling_params.structural_tag must be an object or a JSON string")
+            params["structural_tag"] = json.dumps(params["structural_tag"])
         for name in ("max_new_tokens", "min_new_tokens", "top_k", "n"):
             if isinstance(params.get(name), float) and float(params[name]).is_integer():
                 params[name] = int(params[name])

@@ -67,6 +67,12 @@ class ServerArgs:
         2, "Processes that build regex / JSON-Schema / choices automata (killed past the timeout); 0 builds them "
         "in the scheduler's threads.")
 
+    # Tools and reasoning (docs/tools.md)
+    tool_call_parser: Optional[str] = _arg(
+        None, "Tool-call format: qwen25 (alias hermes), llama3 or mistral (default: picked from the chat template).")
+    reasoning_parser: Optional[str] = _arg(
+        None, "Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: no split).")
+
     def __post_init__(self) -> None:
         for name, value in self._choice_fields():
             if value not in self.__dataclass_fields__[name].metadata["choices"]:

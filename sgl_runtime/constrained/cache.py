@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Optional
 
 from sgl_runtime.constrained.compile_workers import CompileWorkers
-from sgl_runtime.constrained.compiler import compile_constraint, resolve_tokenizer
+from sgl_runtime.constrained.compiler import DFA_KINDS, compile_constraint, resolve_tokenizer
 from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
 from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
 
@@ -88,7 +88,7 @@ class ConstraintCache:
         if result.done():
             return
         try:
-            if self._processes is not None and kind != "grammar":
+            if self._processes is not None and kind in DFA_KINDS:
                 dfa, description = self._processes.build(kind, spec, options)
                 constraint = DFAConstraint(dfa, self._vocabulary(), description)
             else:

@@ -1,7 +1,8 @@
 """Dispatches a constraint spec of a given kind to its compiler and wraps the result.
 
 regex and choices compile here; json_schema goes to `json_schema.schema_to_fsm` (a character
-FSM, then the same byte DFA path); grammar goes to `grammar.compile_grammar`.
+FSM, then the same byte DFA path); structural_tag (free text with trigger-activated constrained
+regions) goes to `triggered`; grammar goes to `grammar.compile_grammar`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
-KINDS = ("regex", "json_schema", "grammar", "choices")
+# Kinds whose automaton does not depend on the tokenizer: compile_workers.py builds them.
+DFA_KINDS = ("regex", "json_schema", "choices")
+KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag")
 _SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states"}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
@@ -31,6 +34,10 @@ def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Opti
         from sgl_runtime.constrained.grammar.compiler import compile_grammar
 
         return compile_grammar(spec, vocabulary, **options)
+    if kind == "structural_tag":
+        max_states = options.pop("max_states", DEFAULT_MAX_STATES)
+        _no_options(kind, options)
+        return _structural_tag(spec, vocabulary, max_states)
     dfa, description = build_dfa(kind, spec, options)
     return DFAConstraint(dfa, vocabulary, description)
 
@@ -85,6 +92,17 @@ def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
     from sgl_runtime.constrained.json_schema.compiler import schema_to_fsm
 
     return ByteDFA.from_fsm(schema_to_fsm(spec, **options), max_states=max_states)
+
+
+def _structural_tag(spec: Any, vocabulary: Vocabulary, max_states: int) -> DFAConstraint:
+    from sgl_runtime.constrained.json_schema.automata import to_interegular
+    from sgl_runtime.constrained.triggered import marker_strings, node_to_dfa, parse_spec, with_marker_tokens
+
+    root = parse_spec(spec)["root"]
+    dfa = ByteDFA.from_fsm(to_interegular(node_to_dfa(root)), max_states=max_states)
+    if dfa.is_empty():
+        raise ConstraintError("the structural_tag constraint matches no string at all")
+    return DFAConstraint(dfa, with_marker_tokens(vocabulary, marker_strings(root)), "structural_tag")
 
 
 def _check_choices(spec: Any) -> list[str]:

@@ -20,6 +20,9 @@ from sgl_runtime.server.openai_protocol import (
 )
 from sgl_runtime.server.openai_responses import StreamBuilder, chat_response, completion_response
 from sgl_runtime.server.sse import sse_event, sse_stream
+from sgl_runtime.server.tool_calls.chat import ChatStreamBuilder, chat_tool_response, check_tool_schemas
+from sgl_runtime.server.tool_calls.output import ChoiceParser
+from sgl_runtime.server.tool_calls.plan import ChatPlan, chat_parsers
 from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.sglang_fields import CHAT_COMPLETION_REQUEST, COMPLETION_REQUEST, UnsupportedFieldError, strip_sglang_fields
@@ -37,6 +40,7 @@ PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty
 def build_openai_router(tokenizer_manager, model_name: str, context_length: int) -> APIRouter:
     router = APIRouter()
     tm = tokenizer_manager
+    tool_format, reasoning_format = chat_parsers(tm.server_args, tm.tokenizer)
 
     @router.get("/v1/models")
     async def list_models() -> dict:
@@ -72,18 +76,24 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         _reject_unsupported(body)
         if body.top_logprobs and not body.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true")
-        input_ids = tm.apply_chat_template([{"role": m.role, "content": m.text()} for m in body.messages])
+        plan = ChatPlan.build(body, tool_format, reasoning_format)
+        await check_tool_schemas(tm.requests.constraint_validator, plan)
+        prompt = tm.requests.chat_prompt_text(plan.messages, plan.tools, plan.template_kwargs)
+        input_ids = tm.tokenizer.encode(prompt, add_special_tokens=False)
+        open_at_start = reasoning_format is not None and reasoning_format.opens_in_reasoning(prompt)
         max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         params = sampling_params(body, max_new if max_new is not None else max(context_length - len(input_ids), 0))
+        params = plan.constrain(params, open_at_start)
         obj = GenerateReqInput(
             input_ids=[input_ids], sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
             return_logprob=body.logprobs, top_logprobs_num=body.top_logprobs or 0,
         )
+        parser = ChoiceParser(plan, open_at_start)
         if body.stream:
-            builder = StreamBuilder(model=model_name, chat=True, logprobs=body.logprobs, n=body.n)
+            builder = ChatStreamBuilder(model=model_name, chat=True, logprobs=body.logprobs, n=body.n, parser=parser)
             return await _stream(tm, obj, builder, _include_usage(body))
         results = await _collect(tm, obj, request)
-        return chat_response(results, model_name, body.n, body.logprobs)
+        return chat_tool_response(results, model_name, body.n, body.logprobs, parser)
 
     return router
 

@@ -80,10 +80,46 @@ class TextContentPart(_Strict):
     text: str
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: Union[str, dict] = "{}"
+
+
+class ToolCall(_Strict):
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+    index: Optional[int] = None
+
+
+class FunctionDefinition(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: Optional[str] = None
+    parameters: Optional[Union[dict, bool]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(_Strict):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[TextContentPart]]] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
 
     def text(self) -> str:
         if self.content is None:
@@ -99,6 +135,13 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: Optional[int] = Field(default=None, ge=0)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    # tools and reasoning (see docs/tools.md)
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
 
 
 def error_response(status_code: int, message: str, err_type: str = "invalid_request_error",

@@ -5,6 +5,7 @@ raising InvalidRequestError (HTTP 400) with a message naming the problem."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from sgl_runtime.io_struct import TokenizedGenerateReqInput
 from sgl_runtime.server.generate_request import SingleRequest
@@ -42,18 +43,27 @@ class RequestTokenizer:
         self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path or server_args.model_path,
                                                      server_args.chat_template)
 
-    def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
+    def chat_prompt_ids(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                        template_kwargs: Optional[dict] = None) -> list[int]:
         """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
+        return self.tokenizer.encode(self.chat_prompt_text(messages, tools, template_kwargs), add_special_tokens=False)
+
+    def chat_prompt_text(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                         template_kwargs: Optional[dict] = None) -> str:
+        """`messages` (and `tools`, as transformers passes them) rendered with the chat template."""
         from sgl_runtime.tokenizer_utils import get_chat_template
 
         if not get_chat_template(self.tokenizer):
             raise InvalidRequestError(
                 "this model's tokenizer has no chat template; start the server with --chat-template")
+        reserved = {"tokenize", "add_generation_prompt", "tools", "conversation"} & set(template_kwargs or {})
+        if reserved:
+            raise InvalidRequestError(f"chat_template_kwargs: {', '.join(sorted(reserved))} cannot be set")
         try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                      add_generation_prompt=True, **(template_kwargs or {}))
         except Exception as exc:  # jinja2 errors (e.g. raise_exception in the template)
             raise InvalidRequestError(f"messages: the chat template failed: {exc}") from exc
-        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
         """Tokenize and validate one request; raise InvalidRequestError naming the problem."""
