@@ -60,15 +60,15 @@ def run_mode(args, model_dir: str, constrained: bool, jump_forward: bool, length
     and the kernel compiles of new extend shapes inside the timing; then args.passes more (the median
     one gives the headline figures) run with them paid, as a server does once a schema has been in use. `lengths` (unconstrained only)
     gives request i exactly lengths[i] new tokens instead of free_tokens. `mixed` runs requests holding
-    forced tokens in one extend with the decoding ones (Scheduler.defer_jump_forward off) instead of
+    forced tokens in one extend with the decoding ones (DecodePolicy.defer_jump_forward off) instead of
     in extends of their own between graph-replayed decode steps. `overlapped` lets constrained
-    requests with jump-forward run in overlapped steps (Scheduler.overlap_jump_forward)."""
+    requests with jump-forward run in overlapped steps (DecodePolicy.overlap_jump_forward_min_batch)."""
     from sgl_runtime.engine import Engine
 
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=not jump_forward))
-    engine.scheduler.defer_jump_forward = not mixed
-    engine.scheduler.overlap_jump_forward = overlapped
+    engine.scheduler.decode = engine.scheduler.decode.replace(
+        defer_jump_forward=not mixed, overlap_jump_forward_min_batch=16 if overlapped else 0)
     timer = ForwardTimer(engine)
     if constrained:
         params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}

@@ -1,7 +1,7 @@
 """Usage: python benchmarks/jump_forward_overlap.py [--batch-sizes 1,2,4,...] [--tiny]
 
 When should jump-forward requests run in overlapped steps? json_decode's JSON workload at several
-batch sizes, in one engine, with Scheduler.overlap_jump_forward off (forced text extended step by
+batch sizes, in one engine, with overlapped jump-forward off (forced text extended step by
 step, the host reading each step back before the next launches) and on (forced text joins the
 chain of overlapped steps one step late). At batch 1 the step a forced span waits costs more than
 the host round trip; at large batch the round trip leaves the GPU idle for every request. Reports
@@ -43,18 +43,17 @@ def main(argv=None) -> dict:
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args))
     scheduler = engine.scheduler
-    scheduler.overlap_jump_forward_min_batch = 1
     params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
     rng = random.Random(args.seed)
     for overlapped in (False, True):  # compiles the schema and every shape of both modes
-        scheduler.overlap_jump_forward = overlapped
+        scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
         timed_generate(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(max(args.batch_sizes))],
                        [params] * max(args.batch_sizes))
     sweep = []
     for batch in args.batch_sizes:
         row = {"batch": batch}
         for overlapped in (False, True):
-            scheduler.overlap_jump_forward = overlapped
+            scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
             chars_s = []
             for _ in range(args.passes):
                 out, seconds = timed_generate(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(batch)],

@@ -59,12 +59,13 @@ def run_engine(args, model_dir: str) -> dict:
     out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
                                   [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
     result["batch1_decode_tok_s"] = out[0]["meta_info"]["completion_tokens"] / latency
-    if engine.scheduler.overlap:  # the same request step by step, for the overlap scheduler's share
-        engine.scheduler.overlap = False
+    policy = engine.scheduler.decode
+    if policy.overlap:  # the same request step by step, for the overlap scheduler's share
+        engine.scheduler.decode = policy.replace(overlap=False)
         out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
                                       [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
         result["batch1_decode_tok_s_no_overlap"] = out[0]["meta_info"]["completion_tokens"] / latency
-        engine.scheduler.overlap = True
+        engine.scheduler.decode = policy
 
     # fresh prompts each pass (no cache hits); the first pays any new shape's first use
     prefill = [prefill_pass(engine, rng, vocab, args.prefill_batch, args.prefill_len) for _ in range(3)]

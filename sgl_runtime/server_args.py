@@ -61,6 +61,9 @@ class ServerArgs:
 
     # Constrained decoding
     disable_jump_forward: bool = _arg(False, "Do not jump forward over forced constraint text.")
+    defer_jump_forward: bool = _arg(True, "Run forced-text extends in batches apart from the decode steps.")
+    overlap_jump_forward_min_batch: int = _arg(
+        16, "Overlap constrained decode steps with jump-forward in batches of at least this many requests (0: never).")
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
     constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
     constraint_compile_workers: int = _arg(

@@ -106,11 +106,10 @@ def test_deferred_jump_forward_keeps_decode_steps_single_token(model_path, engin
     the CUDA-graph path) and run together as an extend; greedy output equals the mixed-batch schedule."""
     params = {"json_schema": json.dumps(SCHEMA), "temperature": 0, "max_new_tokens": 60}
     prompts = random_prompts([4, 9, 6, 12, 3, 8, 5, 7], seed=44)
-    mixed = Engine(model_path, device="cpu", max_total_tokens=4096)
-    mixed.scheduler.defer_jump_forward = False
+    mixed = Engine(model_path, device="cpu", max_total_tokens=4096, defer_jump_forward=False)
     expected = [r["output_ids"] for r in mixed.generate(input_ids=prompts, sampling_params=params)]
     scheduler = engine.scheduler
-    assert scheduler.defer_jump_forward
+    assert scheduler.decode.defer_jump_forward
     real_forward, kinds = scheduler.model_runner.forward, []
 
     def recording(forward_batch):

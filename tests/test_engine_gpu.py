@@ -94,8 +94,7 @@ def test_cuda_overlapped_jump_forward_matches_step_by_step(model_path):
     results = {}
     for overlap in (True, False):
         engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096,
-                        disable_overlap_schedule=not overlap)
-        engine.scheduler.overlap_jump_forward, engine.scheduler.overlap_jump_forward_min_batch = True, 1
+                        disable_overlap_schedule=not overlap, overlap_jump_forward_min_batch=1)
         results[overlap] = engine.generate(input_ids=prompts, sampling_params=params)
         if overlap:
             assert engine.scheduler.metrics.overlapped_steps > 10

@@ -177,7 +177,7 @@ def test_constraints_penalties_and_min_new_tokens_overlap_when_jump_forward_is_o
 
 
 def test_jump_forward_in_overlapped_steps_matches_step_by_step(path, monkeypatch):
-    """With Scheduler.overlap_jump_forward, forced text joins the chain one step after the token
+    """With overlapped jump-forward (DecodePolicy.overlap_jump_forward_min_batch), forced text joins the chain one step after the token
     that forced it (a mixed step: device ids for some requests, forced tokens for others), and
     outputs, finish reasons and forward-pass counts stay those of step-by-step jump-forward."""
     from sgl_runtime.scheduler import overlap
@@ -191,8 +191,7 @@ def test_jump_forward_in_overlapped_steps_matches_step_by_step(path, monkeypatch
         return launch(batch, runner, next_input_ids, on_device)
 
     monkeypatch.setattr(overlap, "launch_forward", recording)
-    on = Engine(path, device="cpu", max_total_tokens=4096)
-    on.scheduler.overlap_jump_forward, on.scheduler.overlap_jump_forward_min_batch = True, 1
+    on = Engine(path, device="cpu", max_total_tokens=4096, overlap_jump_forward_min_batch=1)
     off = Engine(path, device="cpu", max_total_tokens=4096, disable_overlap_schedule=True)
     schema = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "level": {"enum": '
               '["junior", "senior"]}, "ok": {"type": "boolean"}}, "required": ["name", "level", "ok"], '

@@ -56,10 +56,11 @@ class ConstraintCache:
             while len(self._entries) > self.max_size:
                 self._entries.popitem(last=False)
         self._pool.submit(self._compile, result, kind, spec, options)
-        timer = threading.Timer(self.compile_timeout, self._expire, (key, result, kind))
-        timer.daemon = True
-        timer.start()
-        result.add_done_callback(lambda _f: timer.cancel())
+        if self._processes is None or kind not in DFA_KINDS:  # a compile process times itself out
+            timer = threading.Timer(self.compile_timeout, self._expire, (key, result, kind))
+            timer.daemon = True
+            timer.start()
+            result.add_done_callback(lambda _f: timer.cancel())
         return result
 
     def start_workers(self) -> None:

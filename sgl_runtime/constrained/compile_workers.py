@@ -50,7 +50,11 @@ class CompileWorkers:
     def build(self, kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
         """Blocking; ConstraintError for a bad spec, a timeout or a worker that died on it."""
         self.start()
-        worker = self._idle.get()
+        while True:
+            worker = self._idle.get()
+            if worker.alive():
+                break
+            self._replace(worker)  # died while idle: its replacement takes the spec
         try:
             return worker.build(kind, spec, options, self.timeout)
         except _WorkerLost as exc:
@@ -109,6 +113,8 @@ class _Worker:
             self.conn.send((kind, spec, options))
         except (pickle.PicklingError, TypeError, ValueError, RecursionError) as exc:  # nothing was written
             raise ConstraintError(f"cannot send the {kind} constraint to the compiler: {exc}") from None
+        except OSError as exc:
+            raise _WorkerLost(f"the compile worker went away ({exc})") from None
         answer = self._receive(timeout, kind)
         if answer[0] == ERROR:
             raise ConstraintError(answer[1])

@@ -4,7 +4,8 @@ region (literal wrappers, JSON Schemas, regexes), then free again, composed into
 A spec is a tree of nodes (JSON):
 
     {"text": "<tool_call>"}                       the literal string
-    {"json_schema": {...}}                        compact JSON valid for the schema
+    {"json_schema": {...}}                        compact JSON valid for the schema ("label": what
+                                                  to call it in an error, e.g. a tool's name)
     {"regex": "\\n{0,2}"}                          Python `re` syntax
     {"free_text": {"excluding": ["<tool_call>"]}} any text that contains none of these strings
     {"sequence": [node, ...]}   {"any_of": [node, ...]}   {"optional": node}
@@ -132,7 +133,7 @@ def _dfa(node: Any, path: str) -> Dfa:
             raise ConstraintError(f"structural_tag {path}.text must be a string")
         return literal(value)
     if kind == "json_schema":
-        return _schema(value, path)
+        return _schema(value, node.get("label") or f"structural_tag {path}.json_schema")
     if kind == "regex":
         return _regex(value, path)
     if kind == "free_text":
@@ -147,13 +148,14 @@ def _dfa(node: Any, path: str) -> Dfa:
     return concat(*parts) if kind == "sequence" else union(*parts)
 
 
-def _schema(schema: Any, path: str) -> Dfa:
+def _schema(schema: Any, where: str) -> Dfa:
+    """`where` names the schema in errors: its path, or the node's "label" (e.g. the tool it is)."""
     from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
 
     try:
         return schema_to_dfa(schema)
     except ConstraintError as exc:
-        raise ConstraintError(f"structural_tag {path}.json_schema: {exc}") from None
+        raise ConstraintError(f"{where}: {exc}") from None
 
 
 def _regex(pattern: Any, path: str) -> Dfa:

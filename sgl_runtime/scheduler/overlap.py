@@ -14,12 +14,12 @@ A request that finishes on step N is already in step N+1: that step's KV slot ho
 finished sequence's last token (kept, cached or freed with the rest of the request) and its
 row is not sampled. Requests that need the host between forward and sampling (logprobs) run
 step by step. Constrained requests with jump-forward on overlap in batches of at least
-Scheduler.overlap_jump_forward_min_batch requests (16; smaller batches run step by step): a
+DecodePolicy.overlap_jump_forward_min_batch requests (16; smaller batches run step by step): a
 request whose token N forces text (read back in step 2) is not sampled in step N+1 (whose row
 computed token N's KV), and step N+2 extends it by the forced tokens, from the host, beside the
 other requests' device ids: a flattened mixed extend, which the decode CUDA graphs serve. Each
 forced span costs one step of latency and no host-device round trip, which pays off once the
-round trip would idle the GPU for many requests (Scheduler.overlap_jump_forward turns it off).
+round trip would idle the GPU for many requests (0 turns it off).
 """
 
 from __future__ import annotations
@@ -139,12 +139,13 @@ class OverlapMixin:
 
     def _overlappable(self, reqs: list[Req]) -> bool:
         overlap_forced = self._overlap_forced(reqs)
-        return all(overlappable(r, self.jump_forward, overlap_forced) for r in reqs)
+        return all(overlappable(r, self.decode.jump_forward, overlap_forced) for r in reqs)
 
     def _overlap_forced(self, reqs: list[Req]) -> bool:
         """Whether forced text may join overlapped steps of this batch: in a small batch, the step
         each forced span waits costs more than the host round trip of running it step by step."""
-        return self.overlap_jump_forward and len(reqs) >= self.overlap_jump_forward_min_batch
+        min_batch = self.decode.overlap_jump_forward_min_batch
+        return min_batch > 0 and len(reqs) >= min_batch
 
     def _can_chain(self, live: list[Req], sampled: dict[int, int]) -> bool:
         """The next step serves the same requests: nobody new to admit, every running request in
@@ -170,7 +171,7 @@ class OverlapMixin:
             if req.finished:
                 continue
             req.forward_passes += 1
-            added += append_sampled(req, token_id, self.jump_forward)
+            added += append_sampled(req, token_id, self.decode.jump_forward)
             if req.finished:
                 self._finish(req)
         self.metrics.on_tokens(added)

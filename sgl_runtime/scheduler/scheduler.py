@@ -16,6 +16,7 @@ from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
 from sgl_runtime.scheduler.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
+from sgl_runtime.scheduler.decode_policy import DecodePolicy
 from sgl_runtime.scheduler.overlap import InflightDecode, OverlapMixin, launch_forward
 from sgl_runtime.scheduler.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.scheduler.req import Req
@@ -65,17 +66,8 @@ class Scheduler(OverlapMixin):
         self.fanout: dict[int, list[Req]] = {}  # id(hidden prefix req) -> its n samples
         self.outbox: list[Req] = []  # finished requests not yet reported
         self._admit_counter = itertools.count()
-        # Batch jump-forward extends apart from the (graph-replayed) decode steps; measured no slower on CPU.
-        self.defer_jump_forward = True
         self._forced_wait = 0  # decode steps that left jump-forward requests waiting
-        self.overlap = not server_args.disable_overlap_schedule
-        self.jump_forward = not server_args.disable_jump_forward
-        # Constrained requests with jump-forward in overlapped steps too (scheduler/overlap.py), in
-        # batches of at least overlap_jump_forward_min_batch requests: on the H200
-        # (benchmarks/jump_forward_overlap.py) overlapping gained 5-13% chars/s at every batch of 16
-        # to 128, lost 20% at batch 1 and was mixed in between.
-        self.overlap_jump_forward = True
-        self.overlap_jump_forward_min_batch = 16
+        self.decode = DecodePolicy.from_server_args(server_args)
         self.inflight: Optional[InflightDecode] = None  # a launched decode step not yet read back
 
     # ================================================================== public API
@@ -189,7 +181,7 @@ class Scheduler(OverlapMixin):
         ready, failed = self.constraints.poll(block=idle)
         self.outbox.extend(failed)
         for req in ready:
-            if self.jump_forward:
+            if self.decode.jump_forward:
                 jump_forward_(req)  # text forced from the start is prefilled with the prompt
             (self.outbox if req.finished else self.waiting).append(req)
 
@@ -265,7 +257,7 @@ class Scheduler(OverlapMixin):
         they sit out while they are few (< half the batch) and not kept waiting JUMP_FORWARD_MAX_WAIT
         steps, then run together as one extend while the others wait a step."""
         forced = [r for r in self.running if r.extend_input_len > 1]
-        if not self.defer_jump_forward or not forced:
+        if not self.decode.defer_jump_forward or not forced:
             return list(self.running)
         self._forced_wait += 1
         if 2 * len(forced) >= len(self.running) or self._forced_wait > JUMP_FORWARD_MAX_WAIT:
@@ -305,7 +297,7 @@ class Scheduler(OverlapMixin):
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
         forced = any(r.extend_input_len > 1 for r in batch.reqs)
-        if self.overlap and not batch.is_prefill and (not forced or self._overlap_forced(batch.reqs)) \
+        if self.decode.overlap and not batch.is_prefill and (not forced or self._overlap_forced(batch.reqs)) \
                 and self._overlappable(batch.reqs):
             logits = launch_forward(batch, self.model_runner, None, [False] * len(batch) if forced else None)
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
@@ -314,7 +306,7 @@ class Scheduler(OverlapMixin):
         forward_batch = batch.prepare()
         logits = self.model_runner.forward(forward_batch)
         batch.commit_forward()
-        added = process_batch_logits(batch, logits, self.sampler, self.jump_forward)
+        added = process_batch_logits(batch, logits, self.sampler, self.decode.jump_forward)
         self.metrics.on_tokens(added)
         running = {id(r) for r in self.running} if batch.is_prefill else None  # decode reqs are all running
         for req in batch.reqs:

@@ -20,7 +20,7 @@ from sgl_runtime.server.openai_protocol import (
 )
 from sgl_runtime.server.openai_responses import StreamBuilder, chat_response, completion_response
 from sgl_runtime.server.sse import sse_event, sse_stream
-from sgl_runtime.server.tool_calls.chat import ChatStreamBuilder, chat_tool_response, check_tool_schemas
+from sgl_runtime.server.tool_calls.chat import ChatStreamBuilder, chat_tool_response
 from sgl_runtime.server.tool_calls.output import ChoiceParser
 from sgl_runtime.server.tool_calls.plan import ChatPlan, chat_parsers
 from sgl_runtime.io_struct import GenerateReqInput
@@ -77,7 +77,6 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         if body.top_logprobs and not body.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true")
         plan = ChatPlan.build(body, tool_format, reasoning_format)
-        await check_tool_schemas(tm.requests.constraint_validator, plan)
         prompt = tm.requests.chat_prompt_text(plan.messages, plan.tools, plan.template_kwargs)
         input_ids = tm.tokenizer.encode(prompt, add_special_tokens=False)
         open_at_start = reasoning_format is not None and reasoning_format.opens_in_reasoning(prompt)

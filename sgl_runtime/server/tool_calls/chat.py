@@ -13,18 +13,6 @@ from sgl_runtime.server.tool_calls.plan import ChatPlan
 from sgl_runtime.sampling_params import InvalidRequestError
 
 
-async def check_tool_schemas(validator: Any, plan: ChatPlan) -> None:
-    """Compile each tool's parameter schema in the validator (cached), so a schema the compiler
-    cannot handle is a 400 naming the tool and the compiler's reason (which names the keyword)."""
-    from sgl_runtime.constrained import ConstraintError
-
-    for i, (name, parameters) in enumerate(plan.tool_schemas):
-        try:
-            await validator.check("json_schema", arguments_schema(parameters))
-        except ConstraintError as exc:
-            raise InvalidRequestError(f"tools[{i}] ({name}): its parameters cannot be compiled: {exc}") from exc
-
-
 def chat_tool_response(results: list[dict], model: str, n: int, logprobs: bool, parser: ChoiceParser) -> dict:
     """chat_response with each message split into reasoning_content, content and tool_calls."""
     response = chat_response(results, model, n, logprobs)

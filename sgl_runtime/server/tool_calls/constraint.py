@@ -24,7 +24,8 @@ def arguments_schema(parameters: Any) -> Any:
 
 
 def call_node(fmt: ToolCallFormat, name: str, parameters: Any) -> dict:
-    return {"sequence": [{"text": fmt.call_prefix(name)}, {"json_schema": arguments_schema(parameters)},
+    schema = {"json_schema": arguments_schema(parameters), "label": f"tool {name!r}: its parameters cannot be compiled"}
+    return {"sequence": [{"text": fmt.call_prefix(name)}, schema,
                          {"text": fmt.call_suffix}]}
 
 
