@@ -99,3 +99,24 @@ def test_tiny_qwen3_moe_on_cuda_matches_transformers(tmp_path_factory, extra):
     finally:
         engine.shutdown()
     assert [r["output_ids"] for r in results] == [hf_greedy(path, p, 12) for p in prompts]
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the engine test needs CUDA")
+def test_torch_moe_path_captures_in_cuda_graphs(tmp_path_factory, monkeypatch):
+    """With the fused kernels disabled the torch path runs inside the captured decode graphs (dense form)."""
+    from sgl_runtime.engine import Engine
+    from sgl_runtime.kernels import fusion
+
+    path = checkpoint(tmp_path_factory, "qwen3_moe")
+    prompts = random_prompts((3, 40, 9), seed=53)
+    params = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+    monkeypatch.setenv(fusion.DISABLE_ENV, "1")
+    fusion.fused_kernels_allowed.cache_clear()
+    try:
+        engine = Engine(path, device="cuda", dtype="float32", max_total_tokens=4096)
+        results = engine.generate(input_ids=prompts, sampling_params=params)
+        engine.shutdown()
+    finally:
+        monkeypatch.delenv(fusion.DISABLE_ENV)
+        fusion.fused_kernels_allowed.cache_clear()
+    assert [r["output_ids"] for r in results] == [hf_greedy(path, p, 8) for p in prompts]

@@ -10,7 +10,7 @@ import torch
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
 from layer_compare import assert_layers_match
 from model_fixtures import make_tiny_checkpoint
-from sgl_runtime.kernels.fused_moe import align_by_expert, fused_experts_torch
+from sgl_runtime.kernels.fused_moe import align_by_expert, dense_experts_torch, fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
 from sgl_runtime.model_loader.loader import load_model
 
@@ -62,6 +62,9 @@ def test_reference_experts_match_transformers_experts():
     ours = fused_experts_torch(x, experts.gate_up_proj.data, experts.down_proj.data, weights, ids)
     assert expected.abs().max() > 0.1
     torch.testing.assert_close(ours, expected)
+    # the graph-capturable dense form (every expert, unrouted ones weighted 0) gives the same sum
+    torch.testing.assert_close(dense_experts_torch(x, experts.gate_up_proj.data, experts.down_proj.data, weights, ids),
+                               expected)
 
 
 @pytest.mark.parametrize("tokens,experts,top_k,block_m", [(1, 8, 2, 16), (37, 8, 2, 16), (50, 128, 8, 16),

@@ -21,7 +21,11 @@ from sgl_runtime.kernels.silu_and_mul import silu_and_mul
 def fused_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                         topk_ids: torch.Tensor) -> torch.Tensor:
     """Reference: each token through its k experts' SiLU-gated MLPs, summed with the routing weights.
-    x [T, H]; w13 [E, 2I, H] (gate rows, then up rows); w2 [E, H, I]; topk_weights, topk_ids [T, k] -> [T, H]."""
+    x [T, H]; w13 [E, 2I, H] (gate rows, then up rows); w2 [E, H, I]; topk_weights, topk_ids [T, k] -> [T, H].
+    While a CUDA graph is being captured (fused kernels disabled) it takes the dense form, which never
+    reads the routed ids on the host."""
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return dense_experts_torch(x, w13, w2, topk_weights, topk_ids)
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for expert in topk_ids.unique().tolist():
         token, slot = torch.where(topk_ids == expert)  # the (token, k-slot) pairs routed to this expert
@@ -29,6 +33,16 @@ def fused_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
         y = F.linear(F.silu(gate) * up, w2[expert])  # [n, H]
         out.index_add_(0, token, y.float() * topk_weights[token, slot, None].float())
     return out.to(x.dtype)
+
+
+def dense_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                        topk_ids: torch.Tensor) -> torch.Tensor:
+    """The same sum computed through every expert for every token (unrouted ones weighted 0): static shapes."""
+    dense = torch.zeros((x.shape[0], w13.shape[0]), dtype=torch.float32, device=x.device)
+    dense.scatter_(1, topk_ids, topk_weights.float())  # [T, E]
+    gate, up = torch.einsum("th,enh->etn", x, w13).chunk(2, dim=-1)  # [E, T, I] each
+    y = torch.einsum("eti,ehi->eth", F.silu(gate) * up, w2)  # [E, T, H]
+    return (y.float() * dense.T[:, :, None]).sum(dim=0).to(x.dtype)
 
 
 def fused_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
