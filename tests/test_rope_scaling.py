@@ -114,3 +114,22 @@ def test_server_refuses_to_start_with_too_long_a_context(tmp_path, capfd):
     errors = [line for line in capfd.readouterr().err.splitlines() if "ERROR" in line]
     assert len(errors) == 1
     assert "cannot start the server: context_length=1000 exceeds the model's maximum of 32 tokens" in errors[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,arch", [("yarn", "qwen3"), ("linear", "llama2")])
+def test_scaled_rope_through_the_triton_path_matches_transformers(name, arch, tmp_path):
+    """On CUDA the rotary kernel takes the scaled (and, for YaRN, attention-factor-weighted) tables."""
+    from engine_fixtures import hf_greedy, random_prompts
+    from sgl_runtime.engine import Engine
+
+    scaling, limit = SCALINGS[name]
+    path = make_tiny_checkpoint(arch, tmp_path, max_position_embeddings=MAX_POS, rope_scaling=dict(scaling))
+    prompts = random_prompts((limit - 8, 20, 3), seed=54)
+    params = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+    engine = Engine(path, device="cuda", dtype="float32", context_length=limit, max_total_tokens=1024)
+    try:
+        results = engine.generate(input_ids=prompts, sampling_params=params)
+    finally:
+        engine.shutdown()
+    assert [r["output_ids"] for r in results] == [hf_greedy(path, p, 8) for p in prompts]
