@@ -43,7 +43,7 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_fused_moe_matches_reference(shape, dtype):
-    tokens, experts, top_k, hidden, inter = shape
+    tokens, _, top_k, hidden, _ = shape
     x, w13, w2, logits = _inputs(*shape, dtype)
     weights, ids = select_experts(logits, top_k, renormalize=top_k > 1)
     out = fused_experts(x, w13, w2, weights, ids)

@@ -4,7 +4,7 @@ w3 (up), w2 (down)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import ClassVar, Iterable
 
 import torch
 
@@ -14,7 +14,7 @@ from sgl_runtime.models.moe_weights import ExpertWeightLoader
 
 
 class MixtralForCausalLM(MistralForCausalLM):
-    expert_projections = {"w1": "gate", "w3": "up", "w2": "down"}
+    expert_projections: ClassVar[dict[str, str]] = {"w1": "gate", "w3": "up", "w2": "down"}
 
     def __init__(self, config):
         super().__init__(config)

@@ -3,7 +3,7 @@ on the layers the config marks sparse (softmax top-k routing, renormalized when 
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import ClassVar, Iterable
 
 import torch
 
@@ -20,7 +20,7 @@ def is_sparse_layer(config, layer_id: int) -> bool:
 
 
 class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
-    expert_projections = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
+    expert_projections: ClassVar[dict[str, str]] = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
 
     def __init__(self, config):
         super().__init__(config)
