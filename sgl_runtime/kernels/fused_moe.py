@@ -46,8 +46,9 @@ def dense_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
 
 
 def fused_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor) -> torch.Tensor:
-    """The same as `fused_experts_torch`, in two grouped-GEMM launches (CUDA tensors, dense rows)."""
+                  topk_ids: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """The same as `fused_experts_torch`, in two grouped-GEMM launches (CUDA tensors, dense rows).
+    `config` overrides the tile sizes `block_config` picks (benchmarks/moe_kernel_bench.py sweeps them)."""
     tokens, hidden = x.shape
     num_experts, two_inter, _ = w13.shape
     top_k = topk_ids.shape[1]
@@ -56,7 +57,7 @@ def fused_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     assert topk_weights.shape == topk_ids.shape == (tokens, top_k), (topk_weights.shape, topk_ids.shape)
     if tokens == 0:
         return torch.zeros_like(x)
-    config = block_config(tokens * top_k, num_experts)
+    config = config or block_config(tokens * top_k, num_experts)
     sorted_ids, block_experts, rows_used = align_by_expert(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = torch.empty((tokens * top_k, two_inter), dtype=x.dtype, device=x.device)  # row = token * k + slot
     _grouped_gemm(x, w13, gate_up, None, sorted_ids, block_experts, rows_used, top_k, config)
