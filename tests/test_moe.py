@@ -168,3 +168,28 @@ def test_dummy_weights_fill_the_experts(moe_path):
     harness = ForwardHarness(model)
     logits = harness.run_forward([(harness.new_request(), 0, PROMPT)])[0]
     assert torch.isfinite(logits).all()
+
+
+def test_qwen3_30b_a3b_benchmark_shape_serves_with_dummy_weights(monkeypatch):
+    """offline_throughput's --model-config qwen3-30b-a3b, shrunk by --tiny: built, dummy-loaded and served."""
+    import importlib
+    import json
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from sgl_runtime.engine import Engine
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench_utils = importlib.import_module("bench_utils")
+    model_dir = bench_utils.make_model_dir("qwen3-30b-a3b", tiny=True)
+    try:
+        config = json.loads(Path(model_dir, "config.json").read_text())
+        assert config["architectures"] == ["Qwen3MoeForCausalLM"] and config["num_experts"] == 8
+        engine = Engine(model_path=model_dir, load_format="dummy", device="cpu", max_total_tokens=2048)
+        out = engine.generate(input_ids=[[1000, 2000, 3000]], sampling_params={"max_new_tokens": 4, "ignore_eos": True})
+        engine.shutdown()
+        assert out[0]["meta_info"]["completion_tokens"] == 4
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+        sys.modules.pop("bench_utils", None)
