@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-MODEL_CONFIGS = ("llama-3-8b", "qwen2.5-7b")
+MODEL_CONFIGS = ("llama-3-8b", "qwen2.5-7b", "qwen3-30b-a3b")
 TINY_OVERRIDES = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096, "torch_dtype": "float32",
 }
+TINY_MOE_OVERRIDES = {"moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2}  # configs with experts
 
 
 def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llama-3-8b") -> None:
@@ -47,6 +48,8 @@ def make_model_dir(model_config: str, tiny: bool) -> str:
     config = json.loads((CONFIG_DIR / model_config / "config.json").read_text())
     if tiny:
         config.update(TINY_OVERRIDES)
+        if "num_experts" in config:
+            config.update(TINY_MOE_OVERRIDES)
     out = Path(tempfile.mkdtemp(prefix=f"sgl-bench-{model_config}-"))
     (out / "config.json").write_text(json.dumps(config, indent=2))
     tok_dir = Path(get_qwen2_tokenizer_dir())

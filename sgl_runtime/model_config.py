@@ -34,14 +34,36 @@ def load_hf_config(model_path: str):
 
 
 def rope_parameters(hf_config) -> dict[str, Any]:
-    """rope_theta, rope_type and scaling fields, from transformers 5's rope_parameters or the older fields."""
+    """rope_theta, rope_type and scaling fields, from transformers 5's rope_parameters or the older fields,
+    plus the config's max_position_embeddings (dynamic NTK and YaRN read it)."""
     params = dict(getattr(hf_config, "rope_parameters", None) or {})
     legacy = getattr(hf_config, "rope_scaling", None)
     if legacy and not params.get("rope_type"):
         params.update(legacy)
     params.setdefault("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
     params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
+    params.setdefault("max_position_embeddings", _max_position_embeddings(hf_config))
     return params
+
+
+def rope_context_limit(hf_config) -> int:
+    """The longest context the rope config supports: max_position_embeddings, extended by a linear or
+    dynamic factor, or to YaRN's original_max_position_embeddings * factor (llama3 configs already state
+    the extended length as max_position_embeddings)."""
+    params = rope_parameters(hf_config)
+    max_pos = _max_position_embeddings(hf_config)
+    rope_type = params["rope_type"]
+    factor = float(params.get("factor") or 1.0)
+    if rope_type in ("linear", "dynamic"):
+        return max(max_pos, int(max_pos * factor))
+    if rope_type == "yarn" and params.get("factor") is not None:
+        original = int(params.get("original_max_position_embeddings") or max_pos)
+        return max(max_pos, int(original * factor))
+    return max_pos
+
+
+def _max_position_embeddings(hf_config) -> int:
+    return int(getattr(hf_config, "max_position_embeddings", 0) or 2048)
 
 
 def parse_dtype(name: Union[str, torch.dtype]) -> torch.dtype:
@@ -133,17 +155,31 @@ def sliding_window_of(hf_config) -> Optional[int]:
 
 
 def _resolve_context_length(hf_config, requested: Optional[int]) -> int:
-    model_max = int(getattr(hf_config, "max_position_embeddings", 0) or 2048)
+    """The model's max_position_embeddings by default; an override may reach what the rope config supports."""
+    model_max = _max_position_embeddings(hf_config)
+    rope_limit = rope_context_limit(hf_config)
     # The attention backends attend to the whole sequence; a sliding-window model (Mistral v0.1) is exact
     # only while sequences fit in the window, so the window caps the context length.
     window = sliding_window_of(hf_config)
-    if window and window < model_max:
-        logger.info("sliding window %d caps the context length (model max %d)", window, model_max)
-        model_max = int(window)
+    if window and window < rope_limit:
+        logger.info("sliding window %d caps the context length (model max %d)", window, rope_limit)
+        model_max, rope_limit = min(model_max, int(window)), int(window)
     if requested is None:
         return model_max
     if requested <= 0:
         raise ValueError(f"context_length must be positive, got {requested}")
-    if requested > model_max:
-        raise ValueError(f"context_length={requested} exceeds the model's maximum of {model_max} tokens")
+    if requested > rope_limit:
+        raise ValueError(f"context_length={requested} exceeds the model's maximum of {rope_limit} tokens"
+                         f" ({_rope_limit_reason(hf_config, window)})")
     return int(requested)
+
+
+def _rope_limit_reason(hf_config, window: Optional[int]) -> str:
+    if window and window < rope_context_limit(hf_config):
+        return f"sliding window {window}; full attention is exact only within it"
+    params = rope_parameters(hf_config)
+    max_pos = _max_position_embeddings(hf_config)
+    if params["rope_type"] in ("default", "llama3"):
+        return (f"max_position_embeddings={max_pos} with rope_type {params['rope_type']!r}; a rope_scaling config"
+                " (yarn, linear, dynamic) in config.json extends it")
+    return f"max_position_embeddings={max_pos} extended by rope_type {params['rope_type']!r}"

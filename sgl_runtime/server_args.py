@@ -27,7 +27,7 @@ class ServerArgs:
     chat_template: Optional[str] = _arg(None, "A Jinja chat template file or string overriding the tokenizer's own.")
     dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float16 checkpoints run as float32 on CPU).", DTYPES)
     load_format: str = _arg("auto", "auto/safetensors loads checkpoint weights; dummy makes random ones.", LOAD_FORMATS)
-    context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings).")
+    context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings; up to what its rope scaling supports).")
     device: str = _arg("auto", "cpu or cuda (auto: cuda when available).", ("auto", "cpu", "cuda"))
     random_seed: int = _arg(0, "Seed for weight initialisation (dummy/demo) and default sampling.")
 

@@ -32,6 +32,12 @@ TINY_ARCHS: dict[str, tuple[str, dict]] = {
     "mistral": ("MistralForCausalLM", dict(rope_theta=1000000.0, sliding_window=256)),
     "qwen2": ("Qwen2ForCausalLM", dict(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
     "qwen3": ("Qwen3ForCausalLM", dict(rope_theta=1000000.0, head_dim=32, tie_word_embeddings=False)),
+    # layer 1 keeps a dense MLP (mlp_only_layers), layers 0 and 2 are sparse
+    "qwen3_moe": ("Qwen3MoeForCausalLM", dict(rope_theta=1000000.0, head_dim=16, num_hidden_layers=3, num_experts=8,
+                                              num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1],
+                                              norm_topk_prob=True, tie_word_embeddings=False)),
+    "mixtral": ("MixtralForCausalLM", dict(rope_theta=1000000.0, num_local_experts=4, num_experts_per_tok=2,
+                                           intermediate_size=32, sliding_window=None)),
 }
 ARCH_NAMES = tuple(TINY_ARCHS)
 

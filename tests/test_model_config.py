@@ -101,8 +101,8 @@ def test_rope_parameters_reads_legacy_fields():
 
     params = rope_parameters(Legacy())
     assert params["rope_type"] == "linear" and params["rope_theta"] == 123.0
-    with pytest.raises(ValueError, match="unsupported rope_type 'yarn'"):
-        rope_inv_freq(8, {"rope_type": "yarn"})
+    with pytest.raises(ValueError, match="unsupported rope_type 'longrope'"):
+        rope_inv_freq(8, {"rope_type": "longrope"})
 
 
 def test_unknown_architecture_is_a_clear_error(tmp_path):

@@ -7,14 +7,18 @@ from typing import Sequence
 from torch import nn
 
 from sgl_runtime.models.llama import LlamaForCausalLM, MistralForCausalLM
+from sgl_runtime.models.mixtral import MixtralForCausalLM
 from sgl_runtime.models.qwen2 import Qwen2ForCausalLM
 from sgl_runtime.models.qwen3 import Qwen3ForCausalLM
+from sgl_runtime.models.qwen3_moe import Qwen3MoeForCausalLM
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
+    "MixtralForCausalLM": MixtralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
 }
 
 
