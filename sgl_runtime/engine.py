@@ -75,8 +75,9 @@ class Engine:
 
     def shutdown(self) -> None:
         if self.scheduler is not None:
-            self.scheduler.shutdown()
+            self._loop.run_until_complete(self.tokenizer_manager.stop())
             self._loop.close()
+            self.scheduler.shutdown()
         self.scheduler = None
 
     def __enter__(self) -> "Engine":

@@ -51,6 +51,16 @@ class TokenizerManager:
         self._transport.start()
         self._receiver = asyncio.create_task(self._receive_loop())
 
+    async def stop(self) -> None:
+        """Stop receiving outputs (the Engine's shutdown; the server's event loop just ends)."""
+        if self._receiver is not None:
+            self._receiver.cancel()
+            try:
+                await self._receiver
+            except asyncio.CancelledError:
+                pass
+            self._receiver = None
+
     async def _receive_loop(self) -> None:
         while True:
             message = await self._transport.recv()
