@@ -1,7 +1,9 @@
 """Lark grammars as constraints: exact token masks for a context-free grammar.
 
 `compile_grammar(spec, vocabulary, **options) -> GrammarConstraint`, where `spec` is a
-shipped grammar's name (grammars/*.lark: json, arithmetic, sql) or lark grammar text. The
+shipped grammar's name (grammars/*.lark: json, arithmetic, sql; `json.gbnf` for the GBNF
+form), lark grammar text or GBNF text (option syntax: "lark" | "gbnf", detected if not given;
+GBNF is lowered to an exact character-level lark grammar, see gbnf_lower). The
 language is what `lark.Lark(text, parser="lalr").parse` accepts (contextual lexer), with each
 ignored token (e.g. WS) at most `max_ignore_bytes` bytes long and at most `max_ignored_run`
 ignored tokens in a row, so a model cannot loop on blanks. A token is allowed iff the text
@@ -25,12 +27,12 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, GrammarCompletion
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.forced import ForcedTokens
-from sgl_runtime.constrained.grammar.source import build_lark, grammar_text
+from sgl_runtime.constrained.grammar.source import build_parser
 from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
-_OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run", "warmup_s"}
+_OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run", "warmup_s", "syntax"}
 
 
 def compile_grammar(spec: str, vocabulary: Vocabulary, **options: Any) -> "GrammarConstraint":
@@ -46,10 +48,10 @@ class GrammarConstraint(Constraint):
 
     def __init__(self, spec: str, vocabulary: Vocabulary, start: str = "start",
                  max_ignore_bytes: int = 32, max_ignored_run: int = 4, warmup_s: float = 1.0,
-                 mask_cache_size: int = 512) -> None:
+                 mask_cache_size: int = 512, syntax: Optional[str] = None) -> None:
         self.spec = spec
         self.vocabulary = vocabulary
-        self.lark = build_lark(grammar_text(spec), start)
+        self.lark = build_parser(spec, syntax, start)
         self.engine = GrammarEngine(self.lark, start, max_ignore_bytes, max_ignored_run)
         self.table = TokenTable(vocabulary.token_bytes)
         self.masks = MaskBuilder(self.engine, self.table)

@@ -1,22 +1,28 @@
-"""Turns a grammar spec (a shipped grammar's name or inline lark text) into a lark LALR parser.
+"""Turns a grammar spec (a shipped grammar's name, lark text or GBNF text) into a lark LALR parser.
 
-Shipped grammars live in the repository's `grammars/` folder, reached from the package through
-the `sgl_runtime/grammars` symlink (installed as package data). Every lark failure becomes a
-`ConstraintError` carrying lark's own message.
+Shipped grammars live in the repository's `grammars/` folder (`NAME.lark`, and `NAME.gbnf` for
+the same language in GBNF), reached from the package through the `sgl_runtime/grammars` symlink
+(installed as package data). The syntax is `syntax` when given ("lark" | "gbnf"), else detected:
+GBNF when the first rule reads `name ::= ...`. GBNF is lowered to an exact character-level lark
+grammar (gbnf_lower). Every failure becomes a `ConstraintError` carrying the reason.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Optional
 
 import lark
-from lark.exceptions import LarkError
+from lark.exceptions import GrammarError, LarkError
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.gbnf_lower import explain_conflict, lower_gbnf
+from sgl_runtime.constrained.grammar.gbnf_syntax import looks_like_gbnf, parse_gbnf
 
 GRAMMAR_DIR = Path(__file__).resolve().parents[2] / "grammars"
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+SYNTAXES = ("lark", "gbnf")
 
 
 def shipped_grammar_names() -> list[str]:
@@ -24,22 +30,54 @@ def shipped_grammar_names() -> list[str]:
     return sorted(p.stem for p in GRAMMAR_DIR.glob("*.lark"))
 
 
-def grammar_text(spec: str) -> str:
-    """The lark text for `spec`: a shipped grammar's name, or lark grammar text itself."""
+def shipped_gbnf_names() -> list[str]:
+    """Names of the shipped grammars that also come in GBNF (the grammars/*.gbnf files)."""
+    return sorted(p.stem for p in GRAMMAR_DIR.glob("*.gbnf"))
+
+
+def grammar_text(spec: str, syntax: Optional[str] = None) -> str:
+    """The grammar text for `spec` (see resolve_grammar)."""
+    return resolve_grammar(spec, syntax)[0]
+
+
+def resolve_grammar(spec: str, syntax: Optional[str] = None) -> tuple[str, str]:
+    """(text, syntax) for `spec`: a shipped grammar's name (`json`, `json.gbnf`) or grammar text."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ConstraintError("grammar must be a non-empty string (a shipped grammar name or lark text)")
-    name = spec.strip()
-    if name.endswith(".lark"):
-        name = name[: -len(".lark")]
+        raise ConstraintError("grammar must be a non-empty string (a shipped grammar name, lark or GBNF text)")
+    if syntax is not None and syntax not in SYNTAXES:
+        raise ConstraintError(f"grammar syntax must be one of {', '.join(SYNTAXES)}, got {syntax!r}")
+    name, ext = spec.strip(), None
+    for suffix in SYNTAXES:
+        if name.endswith("." + suffix):
+            name, ext = name[: -len(suffix) - 1], suffix
+    if ext is not None and syntax is not None and ext != syntax:
+        raise ConstraintError(f"grammar {spec.strip()!r} is a .{ext} file but the syntax asked for is {syntax}")
     if _NAME.match(name):
-        path = GRAMMAR_DIR / f"{name}.lark"
+        chosen = ext or syntax or "lark"
+        path = GRAMMAR_DIR / f"{name}.{chosen}"
         if path.is_file():
-            return path.read_text(encoding="utf-8")
+            return path.read_text(encoding="utf-8"), chosen
         if ":" not in spec:
             raise ConstraintError(
-                f"unknown grammar {name!r}: shipped grammars are {shipped_grammar_names()}, "
-                "or pass lark grammar text")
-    return spec
+                f"unknown grammar {name!r}: shipped grammars are {shipped_grammar_names()} "
+                f"(GBNF: {shipped_gbnf_names()}), or pass lark or GBNF grammar text")
+    return spec, syntax or ("gbnf" if looks_like_gbnf(spec) else "lark")
+
+
+def build_parser(spec: str, syntax: Optional[str] = None, start: str = "start") -> lark.Lark:
+    """The LALR parser for `spec` (see grammar_text); GBNF is lowered to character-level lark."""
+    text, syntax = resolve_grammar(spec, syntax)
+    if syntax == "lark":
+        return build_lark(text, start)
+    if start != "start":
+        raise ConstraintError("the start option is for lark grammars; a GBNF grammar starts at its root rule")
+    lowered = lower_gbnf(parse_gbnf(text))
+    try:
+        return lark.Lark(lowered.lark_text, parser="lalr", lexer="contextual", start="start", strict=True)
+    except GrammarError as exc:
+        raise ConstraintError(explain_conflict(str(exc), lowered)) from None
+    except (LarkError, ValueError, KeyError, AssertionError, RecursionError) as exc:
+        raise ConstraintError(f"GBNF grammar cannot be compiled: {type(exc).__name__}: {exc}") from None
 
 
 def build_lark(text: str, start: str = "start") -> lark.Lark:

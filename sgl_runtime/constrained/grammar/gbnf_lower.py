@@ -1,0 +1,297 @@
+"""Lowers a GBNF grammar to an equivalent character-level lark grammar for the grammar engine.
+
+GBNF has no lexer: its language is over characters. The translation keeps it so, exactly:
+- the code points the grammar mentions are split into *cells*, the coarsest partition in which
+  every character class and literal character is a union of cells; each cell is one lark
+  terminal matching one character. Cells are disjoint, so lark's contextual lexer turns any
+  text into exactly one terminal sequence (its characters), and the parser alone decides;
+- rules that are not recursive are inlined; each remaining rule (and `root`) becomes a minimal
+  DFA over cells and recursive rule names (interegular's FSM algebra), written out as
+  left-linear lark rules (state q: `q -> p symbol`), so regular parts are deterministic;
+- rules that derive no string are removed (the engine's masks rely on every parser prefix
+  being completable, which holds for a reduced grammar);
+- lark builds the LALR(1) table in strict mode: a grammar that is ambiguous or needs more than
+  one character of lookahead is refused with a ConstraintError naming the rules, never
+  resolved silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from interegular.fsm import FSM, Alphabet, TransitionKey, epsilon, null
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.gbnf_syntax import MAX_CODE_POINT, Alt, Chars, GbnfGrammar, Node, Ref, Repeat, Seq, refs_of
+
+MAX_RULE_STATES = 20_000  # DFA states over all rules (each becomes a lark rule)
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+@dataclass(frozen=True)
+class LoweredGrammar:
+    lark_text: str
+    rule_names: dict  # lark rule prefix -> GBNF rule name (for error messages)
+
+
+def lower_gbnf(grammar: GbnfGrammar, inline: bool = False) -> LoweredGrammar:
+    """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
+    its own nonterminal, or with `inline` only the recursive ones (the others inlined)."""
+    reachable = _reachable(grammar)
+    kept_set = _recursive(grammar, reachable) if inline else reachable
+    kept = ["root"] + sorted(n for n in kept_set if n != "root")
+    cells, cell_of_set = _cells(grammar, reachable)
+    symbols = [("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept]
+    alphabet = Alphabet({s: TransitionKey(i) for i, s in enumerate(symbols)})
+    builder = _FsmBuilder(grammar, set(kept), alphabet, cell_of_set)
+    fsms = _drop_unproductive({name: _Dfa.of(builder.rule(name)) for name in kept})
+    if "root" not in fsms:
+        raise ConstraintError("GBNF grammar matches no string at all (root derives nothing)")
+    prefixes = {name: ("start" if name == "root" else f"rule_{i}") for i, name in enumerate(kept)}
+    lines, total = [], 0
+    for name, fsm in fsms.items():
+        rule_lines, states = _left_linear(prefixes[name], fsm, prefixes)
+        total += states
+        if total > MAX_RULE_STATES:
+            raise ConstraintError(f"GBNF grammar too large: its rules need more than {MAX_RULE_STATES} "
+                                  "automaton states")
+        lines += rule_lines
+    for i, cell in enumerate(cells):
+        lines.append(f"C{i}: /{_cell_regex(cell)}/")
+    return LoweredGrammar("\n".join(lines) + "\n", {p: n for n, p in prefixes.items()})
+
+
+def explain_conflict(message: str, lowered: LoweredGrammar) -> str:
+    """lark's strict-mode conflict report with the lark rule names turned back into GBNF names."""
+    def name(match: re.Match) -> str:
+        return repr(lowered.rule_names.get(match.group(1), match.group(1)))
+    first = re.sub(r"Terminal\('C\d+'\)", "a character", " ".join(message.split()))
+    rules = sorted({name(m) for m in re.finditer(r"\b(start|rule_\d+)(?:_\d+)?\b", message)})
+    return (f"GBNF grammar is ambiguous or needs more than one character of lookahead "
+            f"(not LALR(1) at the character level) in rule(s) {', '.join(rules) or '?'}: "
+            f"{first}")
+
+
+# ---- private: rules -----------------------------------------------------------------------------
+
+def _reachable(grammar: GbnfGrammar) -> set[str]:
+    seen, todo = {"root"}, ["root"]
+    while todo:
+        for ref in refs_of(grammar.rules[todo.pop()]):
+            if ref not in seen:
+                seen.add(ref)
+                todo.append(ref)
+    return seen
+
+
+def _recursive(grammar: GbnfGrammar, names: set[str]) -> set[str]:
+    """Rules that can reach themselves through references (they cannot be inlined)."""
+    edges = {n: refs_of(grammar.rules[n]) for n in names}
+    out = set()
+    for start in names:
+        seen, todo = set(), list(edges[start])
+        while todo:
+            n = todo.pop()
+            if n == start:
+                out.add(start)
+                break
+            if n not in seen:
+                seen.add(n)
+                todo.extend(edges[n])
+    return out
+
+
+def _cells(grammar: GbnfGrammar, names: set[str]):
+    """Disjoint code point cells (each a tuple of ranges) and each character set's cell ids."""
+    sets = sorted({_no_surrogates(c.ranges) for n in names for c in _chars(grammar.rules[n])})
+    bounds = sorted({b for s in sets for lo, hi in s for b in (lo, hi + 1)})
+    signature: dict = {}  # frozenset of set indices -> list of ranges
+    for lo, nxt in zip(bounds, bounds[1:]):
+        owners = frozenset(i for i, s in enumerate(sets) if _covers(s, lo))
+        if owners:
+            signature.setdefault(owners, []).append((lo, nxt - 1))
+    cells = [tuple(r) for r in signature.values()]
+    cell_of_set = {s: [] for s in sets}
+    for cid, owners in enumerate(signature):
+        for i in owners:
+            cell_of_set[sets[i]].append(cid)
+    return cells, cell_of_set
+
+
+def _chars(node: Node):
+    if isinstance(node, Chars):
+        yield node
+    elif isinstance(node, (Seq, Alt)):
+        for child in (node.items if isinstance(node, Seq) else node.options):
+            yield from _chars(child)
+    elif isinstance(node, Repeat):
+        yield from _chars(node.body)
+
+
+def _no_surrogates(ranges: tuple) -> tuple:
+    out = []
+    for lo, hi in ranges:
+        if lo < _SURROGATES[0]:
+            out.append((lo, min(hi, _SURROGATES[0] - 1)))
+        if hi > _SURROGATES[1]:
+            out.append((max(lo, _SURROGATES[1] + 1), hi))
+    return tuple(out)
+
+
+def _covers(ranges: tuple, cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in ranges)
+
+
+class _FsmBuilder:
+    """Minimal DFAs of rule bodies over cells and kept (recursive) rule names."""
+
+    def __init__(self, grammar: GbnfGrammar, kept: set[str], alphabet: Alphabet, cell_of_set: dict) -> None:
+        self.grammar, self.kept, self.alphabet, self.cell_of_set = grammar, kept, alphabet, cell_of_set
+        self._inlined: dict = {}
+
+    def rule(self, name: str) -> FSM:
+        return self.node(self.grammar.rules[name])
+
+    def node(self, node: Node) -> FSM:
+        if isinstance(node, Chars):
+            keys = [self.alphabet[("cell", c)] for c in self.cell_of_set[_no_surrogates(node.ranges)]]
+            return self._symbols(keys)
+        if isinstance(node, Seq):
+            return FSM.concatenate(*[self.node(i) for i in node.items]).reduce() if node.items \
+                else epsilon(self.alphabet)
+        if isinstance(node, Alt):
+            return FSM.union(*[self.node(o) for o in node.options]).reduce()
+        if isinstance(node, Repeat):
+            return self._repeat(self.node(node.body), node.low, node.high)
+        if node.name in self.kept:
+            return self._symbols([self.alphabet[("rule", node.name)]])
+        if node.name not in self._inlined:
+            self._inlined[node.name] = self.rule(node.name)
+        return self._inlined[node.name]
+
+    def _symbols(self, keys: list) -> FSM:
+        if not keys:
+            return null(self.alphabet)
+        return FSM(self.alphabet, {0, 1}, 0, {1}, {0: {k: 1 for k in keys}, 1: {}})
+
+    def _repeat(self, body: FSM, low: int, high) -> FSM:
+        head = body.times(low).reduce() if low else epsilon(self.alphabet)
+        if high is None:
+            return (head + body.star()).reduce()
+        tail = epsilon(self.alphabet)
+        for _ in range(high - low):
+            tail = ((body + tail) | epsilon(self.alphabet)).reduce()
+        return (head + tail).reduce()
+
+
+@dataclass
+class _Dfa:
+    """A rule's automaton with transitions on symbols (("cell", id) or ("rule", name))."""
+
+    initial: int
+    finals: set
+    trans: dict  # state -> {symbol: state}
+
+    @staticmethod
+    def of(fsm: FSM) -> "_Dfa":
+        symbols = fsm.alphabet.by_transition
+        trans = {s: {sym: t for k, t in fsm.map.get(s, {}).items() for sym in symbols[k]} for s in fsm.states}
+        return _Dfa(fsm.initial, set(fsm.finals), trans)
+
+    def live(self, productive: set) -> set:
+        """States on a path from the initial state to a final one over cells and `productive` rules."""
+        edges = [(s, t) for s, row in self.trans.items() for sym, t in row.items()
+                 if sym[0] == "cell" or sym[1] in productive]
+        forward, todo = {self.initial}, [self.initial]
+        while todo:
+            s = todo.pop()
+            for a, b in edges:
+                if a == s and b not in forward:
+                    forward.add(b)
+                    todo.append(b)
+        backward = self.finals & forward
+        todo = list(backward)
+        while todo:
+            s = todo.pop()
+            for a, b in edges:
+                if b == s and a in forward and a not in backward:
+                    backward.add(a)
+                    todo.append(a)
+        return backward if self.initial in backward else set()
+
+    def with_fresh_initial(self) -> "_Dfa":
+        """The same automaton with a new initial state that no transition enters."""
+        fresh = max(self.trans) + 1
+        trans = {s: dict(row) for s, row in self.trans.items()}
+        trans[fresh] = dict(self.trans[self.initial])
+        finals = self.finals | ({fresh} if self.initial in self.finals else set())
+        return _Dfa(fresh, finals, trans)
+
+
+def _drop_unproductive(dfas: dict) -> dict:
+    """Rules that derive some string, with transitions on the others and dead states removed."""
+    productive: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, dfa in dfas.items():
+            if name not in productive and dfa.live(productive):
+                productive.add(name)
+                changed = True
+    out = {}
+    for name, dfa in dfas.items():
+        if name not in productive:
+            continue
+        live = dfa.live(productive)
+        trans = {s: {sym: t for sym, t in row.items() if t in live and (sym[0] == "cell" or sym[1] in productive)}
+                 for s, row in dfa.trans.items() if s in live}
+        out[name] = _Dfa(dfa.initial, dfa.finals & live, trans)
+    return out
+
+
+def _left_linear(prefix: str, dfa: _Dfa, prefixes: dict) -> tuple[list[str], int]:
+    """Lark rules for `dfa`: one nonterminal per non-initial state (`q: p SYM | SYM`)."""
+    if any(t == dfa.initial for row in dfa.trans.values() for t in row.values()):
+        dfa = dfa.with_fresh_initial()
+    order = {s: i for i, s in enumerate(sorted(set(dfa.trans) - {dfa.initial}))}
+    incoming: dict = {s: [] for s in order}
+    for p, row in dfa.trans.items():
+        for sym, q in row.items():
+            name = f"C{sym[1]}" if sym[0] == "cell" else prefixes[sym[1]]
+            incoming[q].append(name if p == dfa.initial else f"{prefix}_{order[p]} {name}")
+    lines = [f"{prefix}_{i}: {' | '.join(sorted(incoming[s]))}" for s, i in order.items()]
+    alts = [f"{prefix}_{order[f]}" for f in sorted(dfa.finals - {dfa.initial})]
+    if dfa.initial in dfa.finals:
+        alts.append("")
+    lines.insert(0, f"{prefix}: {' | '.join(alts)}")
+    return lines, len(order)
+
+
+def _cell_regex(cell: tuple) -> str:
+    """A one-character class for `cell`, negated when that is shorter (lark and interegular
+    expand a positive range into its characters; a negated class stays one symbol)."""
+    size = sum(hi - lo + 1 for lo, hi in cell)
+    if size <= 256:
+        return f"[{''.join(_class_item(lo, hi) for lo, hi in cell)}]"
+    outside, start = [], 0
+    for lo, hi in list(cell) + [(MAX_CODE_POINT + 1, MAX_CODE_POINT + 1)]:
+        if lo > start:
+            outside.append((start, lo - 1))
+        start = hi + 1
+    outside = [r for r in _no_surrogates(tuple(outside))]
+    if not outside:
+        return "[\\s\\S]"
+    return f"[^{''.join(_class_item(lo, hi) for lo, hi in outside)}]"
+
+
+def _class_item(lo: int, hi: int) -> str:
+    return _escaped(lo) if lo == hi else f"{_escaped(lo)}-{_escaped(hi)}"
+
+
+def _escaped(cp: int) -> str:
+    if chr(cp) in "\\]^-[":
+        return "\\" + chr(cp)
+    if chr(cp) == "/":
+        return "\\/"
+    return f"\\U{cp:08x}" if cp > 0xFFFF else f"\\u{cp:04x}"
