@@ -58,7 +58,9 @@ class SglSamplingParams:
     dtype: Optional[Any] = _param(LOCAL, (type, str), "int/float/bool/str: constrain the output to that type")
     regex: Optional[str] = _param(SAMPLING, (str,), "regular expression the output must match")
     json_schema: Optional[Any] = _param(SAMPLING, (str, dict, bool), "JSON schema the output must match")
-    grammar: Optional[str] = _param(SAMPLING, (str,), "lark grammar text or a shipped grammar name", wire="ebnf")
+    grammar: Optional[str] = _param(SAMPLING, (str,), "GBNF or lark grammar text, or a shipped grammar name",
+                                    wire="ebnf")
+    grammar_syntax: Optional[str] = _param(SAMPLING, (str,), "how to read grammar: 'gbnf' or 'lark' (default: detected)")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -86,6 +88,10 @@ class SglSamplingParams:
                 json.loads(self.json_schema)
             except json.JSONDecodeError as e:
                 raise ValueError(f"json_schema is not valid JSON: {e}") from e
+        if self.grammar_syntax is not None and self.grammar_syntax not in ("gbnf", "lark"):
+            raise ValueError(f"grammar_syntax must be 'gbnf' or 'lark', got {self.grammar_syntax!r}")
+        if self.grammar_syntax is not None and self.grammar is None:
+            raise ValueError("grammar_syntax is only meaningful with grammar=")
         if self.dtype is not None and _dtype_name(self.dtype) not in _DTYPE_REGEX:
             raise ValueError(f"dtype must be one of int, float, bool, str, got {self.dtype!r}")
 

@@ -42,6 +42,7 @@ class SamplingParams:
     regex: Optional[str] = None
     json_schema: Optional[str] = None
     ebnf: Optional[str] = None
+    grammar_syntax: Optional[str] = None  # how to read ebnf: "gbnf" | "lark" (None: detected)
     choices: Optional[tuple] = None
     structural_tag: Optional[str] = None  # JSON: free text with trigger-activated constrained regions
 
@@ -96,7 +97,12 @@ class SamplingParams:
         if self.regex is not None and not isinstance(self.regex, str):
             bad("regex", "must be a string")
         if self.ebnf is not None and not isinstance(self.ebnf, str):
-            bad("ebnf", "must be a string (lark grammar text or a shipped grammar's name)")
+            bad("ebnf", "must be a string (GBNF or lark grammar text, or a shipped grammar's name)")
+        if self.grammar_syntax is not None:
+            if self.grammar_syntax not in ("gbnf", "lark"):
+                bad("grammar_syntax", f"must be 'gbnf' or 'lark', got {self.grammar_syntax!r}")
+            if self.ebnf is None:
+                bad("grammar_syntax", "is only meaningful with ebnf (a grammar)")
         if self.choices is not None and (not self.choices or any(not isinstance(c, str) for c in self.choices)):
             bad("choices", "must be a non-empty list of strings")
 
@@ -108,7 +114,7 @@ class SamplingParams:
         if self.json_schema is not None:
             return ("json_schema", self.json_schema)
         if self.ebnf is not None:
-            return ("grammar", self.ebnf)
+            return (self.grammar_syntax or "grammar", self.ebnf)
         if self.choices is not None:
             return ("choices", self.choices)
         if self.structural_tag is not None:

@@ -25,7 +25,8 @@ _STANDARD = {"max_new_tokens": "max_tokens", "stop": "stop", "temperature": "tem
              "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty", "n": "n",
              "seed": "seed"}
 _EXTENSIONS = {"top_k": "top_k", "min_p": "min_p", "min_new_tokens": "min_tokens", "ignore_eos": "ignore_eos",
-               "stop_token_ids": "stop_token_ids", "grammar": "ebnf"}
+               "stop_token_ids": "stop_token_ids", "grammar": "ebnf",
+               "grammar_syntax": "grammar_syntax"}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from sgl_runtime.constrained.vocabulary import Vocabulary
 
 # Kinds whose automaton does not depend on the tokenizer: compile_workers.py builds them.
 DFA_KINDS = ("regex", "json_schema", "choices")
-KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag")
+KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag", "gbnf", "lark")  # gbnf/lark: grammar, syntax forced
 _SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states"}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
@@ -30,9 +30,11 @@ def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Opti
     if kind not in KINDS:
         raise ConstraintError(f"unknown constraint kind {kind!r}; expected one of {', '.join(KINDS)}")
     vocabulary = Vocabulary.from_tokenizer(resolve_tokenizer(tokenizer), vocab_size, eos_token_ids)
-    if kind == "grammar":
+    if kind in ("grammar", "gbnf", "lark"):
         from sgl_runtime.constrained.grammar.compiler import compile_grammar
 
+        if kind != "grammar":
+            options["syntax"] = kind
         return compile_grammar(spec, vocabulary, **options)
     if kind == "structural_tag":
         max_states = options.pop("max_states", DEFAULT_MAX_STATES)

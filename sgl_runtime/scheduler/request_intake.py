@@ -51,7 +51,7 @@ def prefix_caching_req(msg: TokenizedGenerateReqInput) -> Req:
 
 
 # The request field a constraint kind comes from, where its name differs (SGLang's `ebnf`).
-CONSTRAINT_FIELDS = {"grammar": "ebnf"}
+CONSTRAINT_FIELDS = {"grammar": "ebnf", "gbnf": "ebnf", "lark": "ebnf"}  # gbnf/lark: ebnf, syntax forced
 
 
 class ConstraintWaiter:

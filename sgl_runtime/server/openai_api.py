@@ -33,7 +33,7 @@ SGLANG_TABLES = {"CompletionRequest": COMPLETION_REQUEST, "ChatCompletionRequest
 RENAMED = {"min_tokens": "min_new_tokens"}
 PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
                   "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "choices", "stop", "stop_regex",
+                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "grammar_syntax", "choices", "stop", "stop_regex",
                   "logit_bias")
 
 

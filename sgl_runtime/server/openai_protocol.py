@@ -63,6 +63,7 @@ class _SamplingFields(_Strict):
     json_schema: Optional[Union[dict, bool, str]] = None
     ebnf: Optional[str] = None
     grammar: Optional[str] = None
+    grammar_syntax: Optional[str] = None  # "gbnf" | "lark" (None: detected)
     choices: Optional[list[str]] = None
 
 

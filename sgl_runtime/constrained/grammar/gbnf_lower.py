@@ -33,16 +33,27 @@ _SURROGATES = (0xD800, 0xDFFF)
 class LoweredGrammar:
     lark_text: str
     rule_names: dict  # lark rule prefix -> GBNF rule name (for error messages)
+    lexemes: dict  # lark terminal name -> GBNF rule name, for rules lowered to one terminal
 
 
-def lower_gbnf(grammar: GbnfGrammar, inline: bool = False) -> LoweredGrammar:
-    """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
-    its own nonterminal, or with `inline` only the recursive ones (the others inlined)."""
+def lexeme_candidates(grammar: GbnfGrammar) -> list[str]:
+    """Rules that may become one lark terminal: not recursive, not `root`, never empty."""
     reachable = _reachable(grammar)
-    kept_set = _recursive(grammar, reachable) if inline else reachable
-    kept = ["root"] + sorted(n for n in kept_set if n != "root")
-    cells, cell_of_set = _cells(grammar, reachable)
-    symbols = [("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept]
+    recursive = _recursive(grammar, reachable)
+    return sorted(n for n in reachable - {"root"}
+                  if not (_reachable_from(grammar, n) & recursive) and not _nullable(grammar, grammar.rules[n]))
+
+
+def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset()) -> LoweredGrammar:
+    """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
+    its own nonterminal except the `lexemes` (from lexeme_candidates), each one lark terminal
+    matching the rule's regular language (exact only where gbnf_lexemes.unsafe_lexemes agrees)."""
+    reachable = _reachable(grammar)
+    kept = ["root"] + sorted(n for n in reachable - set(lexemes) if n != "root")
+    cells, cell_of_set = _cells(grammar, kept)
+    lexeme_names = {n: f"L{i}" for i, n in enumerate(sorted(lexemes))}
+    symbols = ([("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept]
+               + [("lex", n) for n in lexeme_names])
     alphabet = Alphabet({s: TransitionKey(i) for i, s in enumerate(symbols)})
     builder = _FsmBuilder(grammar, set(kept), alphabet, cell_of_set)
     fsms = _drop_unproductive({name: _Dfa.of(builder.rule(name)) for name in kept})
@@ -51,7 +62,7 @@ def lower_gbnf(grammar: GbnfGrammar, inline: bool = False) -> LoweredGrammar:
     prefixes = {name: ("start" if name == "root" else f"rule_{i}") for i, name in enumerate(kept)}
     lines, total = [], 0
     for name, fsm in fsms.items():
-        rule_lines, states = _left_linear(prefixes[name], fsm, prefixes)
+        rule_lines, states = _left_linear(prefixes[name], fsm, prefixes, lexeme_names)
         total += states
         if total > MAX_RULE_STATES:
             raise ConstraintError(f"GBNF grammar too large: its rules need more than {MAX_RULE_STATES} "
@@ -59,7 +70,10 @@ def lower_gbnf(grammar: GbnfGrammar, inline: bool = False) -> LoweredGrammar:
         lines += rule_lines
     for i, cell in enumerate(cells):
         lines.append(f"C{i}: /{_cell_regex(cell)}/")
-    return LoweredGrammar("\n".join(lines) + "\n", {p: n for n, p in prefixes.items()})
+    for name, terminal in lexeme_names.items():
+        lines.append(f"{terminal}: /{_regex(grammar, grammar.rules[name])}/")
+    return LoweredGrammar("\n".join(lines) + "\n", {p: n for n, p in prefixes.items()},
+                          {t: n for n, t in lexeme_names.items()})
 
 
 def explain_conflict(message: str, lowered: LoweredGrammar) -> str:
@@ -67,7 +81,9 @@ def explain_conflict(message: str, lowered: LoweredGrammar) -> str:
     def name(match: re.Match) -> str:
         return repr(lowered.rule_names.get(match.group(1), match.group(1)))
     first = re.sub(r"Terminal\('C\d+'\)", "a character", " ".join(message.split()))
-    rules = sorted({name(m) for m in re.finditer(r"\b(start|rule_\d+)(?:_\d+)?\b", message)})
+    rule = r"\b(start|rule_\d+)(?:_\d+)?\b"
+    rules = sorted({name(m) for m in re.finditer(rule, message)})
+    first = re.sub(rule, name, first)
     return (f"GBNF grammar is ambiguous or needs more than one character of lookahead "
             f"(not LALR(1) at the character level) in rule(s) {', '.join(rules) or '?'}: "
             f"{first}")
@@ -83,6 +99,44 @@ def _reachable(grammar: GbnfGrammar) -> set[str]:
                 seen.add(ref)
                 todo.append(ref)
     return seen
+
+
+def _reachable_from(grammar: GbnfGrammar, name: str) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        for ref in refs_of(grammar.rules[todo.pop()]):
+            if ref not in seen:
+                seen.add(ref)
+                todo.append(ref)
+    return seen
+
+
+def _nullable(grammar: GbnfGrammar, node: Node) -> bool:
+    """Whether a non-recursive `node` matches the empty string."""
+    if isinstance(node, Chars):
+        return False
+    if isinstance(node, Seq):
+        return all(_nullable(grammar, i) for i in node.items)
+    if isinstance(node, Alt):
+        return any(_nullable(grammar, o) for o in node.options)
+    if isinstance(node, Repeat):
+        return node.low == 0 or _nullable(grammar, node.body)
+    return _nullable(grammar, grammar.rules[node.name])
+
+
+def _regex(grammar: GbnfGrammar, node: Node) -> str:
+    """A regex (in lark's /.../ spelling) for a non-recursive node."""
+    if isinstance(node, Chars):
+        return _cell_regex(_no_surrogates(node.ranges))
+    if isinstance(node, Seq):
+        return "".join(_regex(grammar, i) for i in node.items) if node.items else "(?:)"
+    if isinstance(node, Alt):
+        return "(?:" + "|".join(_regex(grammar, o) for o in node.options) + ")"
+    if isinstance(node, Repeat):
+        high = "" if node.high is None else str(node.high)
+        bound = "{%d}" % node.low if node.high == node.low else "{%d,%s}" % (node.low, high)
+        return f"(?:{_regex(grammar, node.body)}){bound}"
+    return f"(?:{_regex(grammar, grammar.rules[node.name])})"
 
 
 def _recursive(grammar: GbnfGrammar, names: set[str]) -> set[str]:
@@ -102,7 +156,7 @@ def _recursive(grammar: GbnfGrammar, names: set[str]) -> set[str]:
     return out
 
 
-def _cells(grammar: GbnfGrammar, names: set[str]):
+def _cells(grammar: GbnfGrammar, names):
     """Disjoint code point cells (each a tuple of ranges) and each character set's cell ids."""
     sets = sorted({_no_surrogates(c.ranges) for n in names for c in _chars(grammar.rules[n])})
     bounds = sorted({b for s in sets for lo, hi in s for b in (lo, hi + 1)})
@@ -166,6 +220,8 @@ class _FsmBuilder:
             return self._repeat(self.node(node.body), node.low, node.high)
         if node.name in self.kept:
             return self._symbols([self.alphabet[("rule", node.name)]])
+        if ("lex", node.name) in self.alphabet:
+            return self._symbols([self.alphabet[("lex", node.name)]])
         if node.name not in self._inlined:
             self._inlined[node.name] = self.rule(node.name)
         return self._inlined[node.name]
@@ -200,9 +256,9 @@ class _Dfa:
         return _Dfa(fsm.initial, set(fsm.finals), trans)
 
     def live(self, productive: set) -> set:
-        """States on a path from the initial state to a final one over cells and `productive` rules."""
+        """States on a path from the initial state to a final one over terminals and `productive` rules."""
         edges = [(s, t) for s, row in self.trans.items() for sym, t in row.items()
-                 if sym[0] == "cell" or sym[1] in productive]
+                 if sym[0] != "rule" or sym[1] in productive]
         forward, todo = {self.initial}, [self.initial]
         while todo:
             s = todo.pop()
@@ -244,13 +300,13 @@ def _drop_unproductive(dfas: dict) -> dict:
         if name not in productive:
             continue
         live = dfa.live(productive)
-        trans = {s: {sym: t for sym, t in row.items() if t in live and (sym[0] == "cell" or sym[1] in productive)}
+        trans = {s: {sym: t for sym, t in row.items() if t in live and (sym[0] != "rule" or sym[1] in productive)}
                  for s, row in dfa.trans.items() if s in live}
         out[name] = _Dfa(dfa.initial, dfa.finals & live, trans)
     return out
 
 
-def _left_linear(prefix: str, dfa: _Dfa, prefixes: dict) -> tuple[list[str], int]:
+def _left_linear(prefix: str, dfa: _Dfa, prefixes: dict, lexemes: dict) -> tuple[list[str], int]:
     """Lark rules for `dfa`: one nonterminal per non-initial state (`q: p SYM | SYM`)."""
     if any(t == dfa.initial for row in dfa.trans.values() for t in row.values()):
         dfa = dfa.with_fresh_initial()
@@ -258,7 +314,7 @@ def _left_linear(prefix: str, dfa: _Dfa, prefixes: dict) -> tuple[list[str], int
     incoming: dict = {s: [] for s in order}
     for p, row in dfa.trans.items():
         for sym, q in row.items():
-            name = f"C{sym[1]}" if sym[0] == "cell" else prefixes[sym[1]]
+            name = f"C{sym[1]}" if sym[0] == "cell" else (prefixes if sym[0] == "rule" else lexemes)[sym[1]]
             incoming[q].append(name if p == dfa.initial else f"{prefix}_{order[p]} {name}")
     lines = [f"{prefix}_{i}: {' | '.join(sorted(incoming[s]))}" for s, i in order.items()]
     alts = [f"{prefix}_{order[f]}" for f in sorted(dfa.finals - {dfa.initial})]

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Optional
 
 import lark
-from lark.exceptions import GrammarError, LarkError
+from lark.exceptions import LarkError
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar.gbnf_lower import explain_conflict, lower_gbnf
-from sgl_runtime.constrained.grammar.gbnf_syntax import looks_like_gbnf, parse_gbnf
+from sgl_runtime.constrained.grammar.gbnf_build import build_gbnf_parser
+from sgl_runtime.constrained.grammar.gbnf_syntax import looks_like_gbnf
 
 GRAMMAR_DIR = Path(__file__).resolve().parents[2] / "grammars"
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -71,13 +71,7 @@ def build_parser(spec: str, syntax: Optional[str] = None, start: str = "start") 
         return build_lark(text, start)
     if start != "start":
         raise ConstraintError("the start option is for lark grammars; a GBNF grammar starts at its root rule")
-    lowered = lower_gbnf(parse_gbnf(text))
-    try:
-        return lark.Lark(lowered.lark_text, parser="lalr", lexer="contextual", start="start", strict=True)
-    except GrammarError as exc:
-        raise ConstraintError(explain_conflict(str(exc), lowered)) from None
-    except (LarkError, ValueError, KeyError, AssertionError, RecursionError) as exc:
-        raise ConstraintError(f"GBNF grammar cannot be compiled: {type(exc).__name__}: {exc}") from None
+    return build_gbnf_parser(text)
 
 
 def build_lark(text: str, start: str = "start") -> lark.Lark:
