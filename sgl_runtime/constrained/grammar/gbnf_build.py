@@ -10,8 +10,9 @@ meaning when, checked on the built parser:
 - no byte that extends a complete match of a lexeme can follow that lexeme in the grammar
   (FOLLOW), so the longest match is the only match any parse can use, and
 - Python's `re` (lark's lexer) takes that longest match too (the engine's terminal check).
-Lexemes that break either condition are lowered to characters again, down to the all-character
-grammar if need be.
+Lexemes that break a condition are lowered to characters again, down to the all-character
+grammar; if that is not LALR(1), non-recursive rules are inlined into one minimal DFA per
+recursive rule (e.g. `num "9"` with `num ::= [0-9]+` needs that), the last attempt.
 """
 
 from __future__ import annotations
@@ -39,14 +40,20 @@ def build_gbnf_parser(text: str) -> lark.Lark:
             parser = _lark(lowered)
         except ConstraintError:
             if not lexemes:
-                raise
+                break
             lexemes = frozenset()  # lexemes can make a grammar non-LALR(1): try characters
             continue
         unsafe = unsafe_lexemes(parser, lowered)
         if not unsafe:
             return parser
         lexemes = lexemes - unsafe
-    return _lark(lower_gbnf(grammar))
+    try:
+        return _lark(lower_gbnf(grammar))
+    except ConstraintError as exc:  # one DFA per recursive rule is more deterministic
+        try:
+            return _lark(lower_gbnf(grammar, inline=True))
+        except ConstraintError:
+            raise exc from None
 
 
 def unsafe_lexemes(parser: lark.Lark, lowered: LoweredGrammar) -> frozenset:
@@ -71,7 +78,7 @@ def unsafe_lexemes(parser: lark.Lark, lowered: LoweredGrammar) -> frozenset:
                 if (a in lowered.lexemes or b in lowered.lexemes) and (first[a] & first[b]).any():
                     unsafe.update(n for n in (a, b) if n in lowered.lexemes)
     follow = _terminal_follow(parser)
-    for name in lowered.lexemes:
+    for name in lowered.lexemes.keys() & first.keys():  # a lexeme used only inside others is unused
         dfa = terminal_dfa(parser.get_terminal(name), cache)
         extend = np.zeros(256, dtype=bool)
         for s in np.flatnonzero(dfa.accepting):

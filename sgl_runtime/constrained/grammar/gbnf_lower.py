@@ -44,13 +44,15 @@ def lexeme_candidates(grammar: GbnfGrammar) -> list[str]:
                   if not (_reachable_from(grammar, n) & recursive) and not _nullable(grammar, grammar.rules[n]))
 
 
-def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset()) -> LoweredGrammar:
+def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: bool = False) -> LoweredGrammar:
     """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
     its own nonterminal except the `lexemes` (from lexeme_candidates), each one lark terminal
-    matching the rule's regular language (exact only where gbnf_lexemes.unsafe_lexemes agrees)."""
+    matching the rule's regular language (exact only where gbnf_build.unsafe_lexemes agrees);
+    with `inline`, only recursive rules stay nonterminals (bigger, but more often LALR(1))."""
     reachable = _reachable(grammar)
-    kept = ["root"] + sorted(n for n in reachable - set(lexemes) if n != "root")
-    cells, cell_of_set = _cells(grammar, kept)
+    kept_set = _recursive(grammar, reachable) if inline else reachable - set(lexemes)
+    kept = ["root"] + sorted(n for n in kept_set if n != "root")
+    cells, cell_of_set = _cells(grammar, reachable - set(lexemes))
     lexeme_names = {n: f"L{i}" for i, n in enumerate(sorted(lexemes))}
     symbols = ([("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept]
                + [("lex", n) for n in lexeme_names])
