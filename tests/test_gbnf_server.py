@@ -73,3 +73,20 @@ def test_openai_routes_take_ebnf(server):
     chat = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "ok?"}],
                                           max_tokens=8, extra_body={"ebnf": gbnf})
     assert chat.choices[0].message.content in ("yes!", "no!")
+
+
+def test_frontend_gen_takes_a_gbnf_grammar(server):
+    import sgl_lang as sgl
+
+    gbnf = 'root ::= "(" [0-9]{1,3} ", " [0-9]{1,3} ")"'
+
+    @sgl.function
+    def point(s):
+        s += "A point: " + sgl.gen("p", grammar=gbnf, max_tokens=16, temperature=1.0)
+        s += " Again: " + sgl.gen("q", grammar=gbnf, grammar_syntax="gbnf", max_tokens=16)
+
+    state = point.run(backend=sgl.RuntimeEndpoint(server.url))
+    for name in ("p", "q"):
+        assert build_parser(gbnf).parse(state[name]) is not None, state[name]
+    with pytest.raises(ValueError, match="grammar_syntax must be 'gbnf' or 'lark'"):
+        sgl.gen("x", grammar=gbnf, grammar_syntax="bnf")
