@@ -14,7 +14,12 @@ import pytest
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
 from sgl_runtime.constrained.grammar.gbnf_syntax import looks_like_gbnf
-from sgl_runtime.constrained.grammar.source import GRAMMAR_DIR, build_parser, resolve_grammar, shipped_gbnf_names
+from sgl_runtime.constrained.grammar.source import (
+    GRAMMAR_DIR,
+    build_parser,
+    resolve_grammar,
+    shipped_gbnf_names,
+)
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 ALPHABET = ["a", "b", "-", "0", "9", "\n", '"', "\\", "é", "☃"]

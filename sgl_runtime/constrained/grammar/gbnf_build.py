@@ -23,7 +23,12 @@ from lark.exceptions import GrammarError, LarkError
 from lark.parsers.grammar_analysis import calculate_sets
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar.gbnf_lower import LoweredGrammar, explain_conflict, lexeme_candidates, lower_gbnf
+from sgl_runtime.constrained.grammar.gbnf_lower import (
+    LoweredGrammar,
+    explain_conflict,
+    lexeme_candidates,
+    lower_gbnf,
+)
 from sgl_runtime.constrained.grammar.gbnf_syntax import parse_gbnf
 from sgl_runtime.constrained.grammar.slots import terminal_dfa
 

@@ -17,13 +17,23 @@ GBNF has no lexer: its language is over characters. The translation keeps it so,
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
 from interegular.fsm import FSM, Alphabet, TransitionKey, epsilon, null
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar.gbnf_syntax import MAX_CODE_POINT, Alt, Chars, GbnfGrammar, Node, Ref, Repeat, Seq, refs_of
+from sgl_runtime.constrained.grammar.gbnf_syntax import (
+    MAX_CODE_POINT,
+    Alt,
+    Chars,
+    GbnfGrammar,
+    Node,
+    Repeat,
+    Seq,
+    refs_of,
+)
 
 MAX_RULE_STATES = 20_000  # DFA states over all rules (each becomes a lark rule)
 _SURROGATES = (0xD800, 0xDFFF)
@@ -136,7 +146,7 @@ def _regex(grammar: GbnfGrammar, node: Node) -> str:
         return "(?:" + "|".join(_regex(grammar, o) for o in node.options) + ")"
     if isinstance(node, Repeat):
         high = "" if node.high is None else str(node.high)
-        bound = "{%d}" % node.low if node.high == node.low else "{%d,%s}" % (node.low, high)
+        bound = f"{{{node.low}}}" if node.high == node.low else f"{{{node.low},{high}}}"
         return f"(?:{_regex(grammar, node.body)}){bound}"
     return f"(?:{_regex(grammar, grammar.rules[node.name])})"
 
@@ -163,7 +173,7 @@ def _cells(grammar: GbnfGrammar, names):
     sets = sorted({_no_surrogates(c.ranges) for n in names for c in _chars(grammar.rules[n])})
     bounds = sorted({b for s in sets for lo, hi in s for b in (lo, hi + 1)})
     signature: dict = {}  # frozenset of set indices -> list of ranges
-    for lo, nxt in zip(bounds, bounds[1:]):
+    for lo, nxt in itertools.pairwise(bounds):
         owners = frozenset(i for i, s in enumerate(sets) if _covers(s, lo))
         if owners:
             signature.setdefault(owners, []).append((lo, nxt - 1))
@@ -252,7 +262,7 @@ class _Dfa:
     trans: dict  # state -> {symbol: state}
 
     @staticmethod
-    def of(fsm: FSM) -> "_Dfa":
+    def of(fsm: FSM) -> _Dfa:
         symbols = fsm.alphabet.by_transition
         trans = {s: {sym: t for k, t in fsm.map.get(s, {}).items() for sym in symbols[k]} for s in fsm.states}
         return _Dfa(fsm.initial, set(fsm.finals), trans)
@@ -278,7 +288,7 @@ class _Dfa:
                     todo.append(a)
         return backward if self.initial in backward else set()
 
-    def with_fresh_initial(self) -> "_Dfa":
+    def with_fresh_initial(self) -> _Dfa:
         """The same automaton with a new initial state that no transition enters."""
         fresh = max(self.trans) + 1
         trans = {s: dict(row) for s, row in self.trans.items()}

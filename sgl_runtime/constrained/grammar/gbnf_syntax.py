@@ -18,7 +18,13 @@ from functools import lru_cache
 from typing import Union
 
 import lark
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    LarkError,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+)
 
 from sgl_runtime.constrained.errors import ConstraintError
 
@@ -72,9 +78,9 @@ class Alt:
 
 @dataclass(frozen=True)
 class Repeat:
-    body: "Node"
+    body: Node
     low: int
-    high: Union[int, None]  # None: unbounded
+    high: int | None  # None: unbounded
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class Ref:
     column: int
 
 
-Node = Union[Chars, Seq, Alt, Repeat, Ref]
+Node = Union[Chars, Seq, Alt, Repeat, Ref]  # noqa: UP007 (a runtime alias)
 
 
 @dataclass(frozen=True)
