@@ -71,6 +71,15 @@ def test_recursive_grammar_matches_its_definition():
     assert not c.accepts("a")
 
 
+def test_rules_sharing_a_prefix_need_the_right_linear_form():
+    """`f` and `v` both start with letters: only a right-linear form defers the choice to '-'."""
+    gbnf = 'root ::= f | v\nf ::= [a-b]+ "-" root "9"\nv ::= [a-b]+'
+    nested = re.compile(r"[ab]+(?:-[ab]+(?:-[ab]+9)?9)?")  # the language to depth 2
+    c = compile_grammar(gbnf, VOCAB, warmup_s=0)
+    assert [s for s in strings(5) if c.accepts(s) != bool(nested.fullmatch(s))] == []
+    assert c.accepts("ab-a-b-a999") and c.accepts("a-b-a99") and not c.accepts("a-b-a9")
+
+
 def test_masks_follow_a_recursive_grammar_exactly():
     vocab = Vocabulary([b"(", b")", b"()", b"(()", None], [4])
     c = compile_grammar('root ::= "(" root ")" root | ""', vocab, warmup_s=0)

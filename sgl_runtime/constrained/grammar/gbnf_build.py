@@ -11,8 +11,10 @@ meaning when, checked on the built parser:
   (FOLLOW), so the longest match is the only match any parse can use, and
 - Python's `re` (lark's lexer) takes that longest match too (the engine's terminal check).
 Lexemes that break a condition are lowered to characters again, down to the all-character
-grammar; if that is not LALR(1), non-recursive rules are inlined into one minimal DFA per
-recursive rule (e.g. `num "9"` with `num ::= [0-9]+` needs that), the last attempt.
+grammar; if that is not LALR(1), the same written right-linear (alternatives of different rules
+that share a prefix, e.g. `identifier` and `funcCall ::= identifier "(" ...`, need that), and
+last with non-recursive rules inlined into one minimal DFA per recursive rule (e.g. `num "9"`
+with `num ::= [0-9]+` needs that).
 """
 
 from __future__ import annotations
@@ -52,13 +54,13 @@ def build_gbnf_parser(text: str) -> lark.Lark:
         if not unsafe:
             return parser
         lexemes = lexemes - unsafe
-    try:
-        return _lark(lower_gbnf(grammar))
-    except ConstraintError as exc:  # one DFA per recursive rule is more deterministic
+    first_error = None
+    for options in ({}, {"right": True}, {"inline": True}):
         try:
-            return _lark(lower_gbnf(grammar, inline=True))
-        except ConstraintError:
-            raise exc from None
+            return _lark(lower_gbnf(grammar, **options))
+        except ConstraintError as exc:
+            first_error = first_error or exc
+    raise first_error
 
 
 def unsafe_lexemes(parser: lark.Lark, lowered: LoweredGrammar) -> frozenset:

@@ -54,11 +54,15 @@ def lexeme_candidates(grammar: GbnfGrammar) -> list[str]:
                   if not (_reachable_from(grammar, n) & recursive) and not _nullable(grammar, grammar.rules[n]))
 
 
-def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: bool = False) -> LoweredGrammar:
+def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: bool = False,
+               right: bool = False) -> LoweredGrammar:
     """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
     its own nonterminal except the `lexemes` (from lexeme_candidates), each one lark terminal
     matching the rule's regular language (exact only where gbnf_build.unsafe_lexemes agrees);
-    with `inline`, only recursive rules stay nonterminals (bigger, but more often LALR(1))."""
+    with `inline`, only recursive rules stay nonterminals (bigger, but more often LALR(1)); with
+    `right`, DFAs are written right-linear (`p: SYM q`), which defers every reduction to a rule's
+    end, so alternatives of different rules sharing a prefix need no early decision (but parser
+    stacks grow with the text of the rules being read)."""
     reachable = _reachable(grammar)
     kept_set = _recursive(grammar, reachable) if inline else reachable - set(lexemes)
     kept = ["root"] + sorted(n for n in kept_set if n != "root")
@@ -74,7 +78,7 @@ def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: b
     prefixes = {name: ("start" if name == "root" else f"rule_{i}") for i, name in enumerate(kept)}
     lines, total = [], 0
     for name, fsm in fsms.items():
-        rule_lines, states = _left_linear(prefixes[name], fsm, prefixes, lexeme_names)
+        rule_lines, states = (_right_linear if right else _left_linear)(prefixes[name], fsm, prefixes, lexeme_names)
         total += states
         if total > MAX_RULE_STATES:
             raise ConstraintError(f"GBNF grammar too large: its rules need more than {MAX_RULE_STATES} "
@@ -336,9 +340,25 @@ def _left_linear(prefix: str, dfa: _Dfa, prefixes: dict, lexemes: dict) -> tuple
     return lines, len(order)
 
 
+def _right_linear(prefix: str, dfa: _Dfa, prefixes: dict, lexemes: dict) -> tuple[list[str], int]:
+    """Lark rules for `dfa`: one nonterminal per state (`p: SYM q | SYM | ` (empty if final))."""
+    order = {s: i for i, s in enumerate(sorted(dfa.trans))}
+    lines = [f"{prefix}: {prefix}_{order[dfa.initial]}"]
+    for p, i in order.items():
+        alts = []
+        for sym, q in dfa.trans[p].items():
+            name = f"C{sym[1]}" if sym[0] == "cell" else (prefixes if sym[0] == "rule" else lexemes)[sym[1]]
+            alts.append(name if (q in dfa.finals and not dfa.trans[q]) else f"{name} {prefix}_{order[q]}")
+        if p in dfa.finals:
+            alts.append("")
+        lines.append(f"{prefix}_{i}: {' | '.join(sorted(alts))}")
+    return lines, len(order)
+
+
 def _cell_regex(cell: tuple) -> str:
-    """A one-character class for `cell`, negated when that is shorter (lark and interegular
-    expand a positive range into its characters; a negated class stays one symbol)."""
+    """A one-character class for `cell`, negated when that lists fewer code points (interegular
+    expands every listed range into its characters; what a negated class leaves out stays one
+    `anything_else` symbol)."""
     size = sum(hi - lo + 1 for lo, hi in cell)
     if size <= 256:
         return f"[{''.join(_class_item(lo, hi) for lo, hi in cell)}]"
@@ -347,7 +367,9 @@ def _cell_regex(cell: tuple) -> str:
         if lo > start:
             outside.append((start, lo - 1))
         start = hi + 1
-    outside = [r for r in _no_surrogates(tuple(outside))]
+    outside = list(_no_surrogates(tuple(outside)))
+    if size <= sum(hi - lo + 1 for lo, hi in outside):
+        return f"[{''.join(_class_item(lo, hi) for lo, hi in cell)}]"
     if not outside:
         return "[\\s\\S]"
     return f"[^{''.join(_class_item(lo, hi) for lo, hi in outside)}]"
