@@ -12,6 +12,7 @@ import asyncio
 from typing import Any, AsyncIterator, Optional, Union
 
 from sgl_runtime.io_struct import GenerateReqInput
+from sgl_runtime.process.child_processes import ChildProcesses
 from sgl_runtime.server_args import ServerArgs
 
 
@@ -20,7 +21,9 @@ class Engine:
 
     `server_args` are ServerArgs fields (device="cpu", max_total_tokens=..., ...). Constraints
     are compiled by the scheduler's compile workers, killable processes bounded by
-    `constraint_compile_timeout`, exactly as in the server.
+    `constraint_compile_timeout`, exactly as in the server. With tp_size=N > 1 this process is
+    tensor-parallel rank 0 and the engine starts ranks 1..N-1 as child processes (one tensor-parallel
+    engine per process at a time); a rank that dies makes every later call raise TensorParallelError.
     """
 
     def __init__(self, model_path: Optional[str] = None, **server_args: Any) -> None:
@@ -31,8 +34,20 @@ class Engine:
         from sgl_runtime.server.request_tokenizer import ModelInfo
         from sgl_runtime.server.tokenizer_manager import TokenizerManager
 
+        self.scheduler = None
+        self.workers: Optional[ChildProcesses] = None  # tensor-parallel ranks 1..N-1 (this process is rank 0)
+        self.worker_failure: Optional[str] = None
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
-        self.scheduler = Scheduler(self.server_args)
+        if self.server_args.tp_size > 1:
+            self.server_args = self._start_workers(self.server_args)
+        try:
+            self.scheduler = Scheduler(self.server_args)
+            if self.workers is not None:
+                self.workers.wait_ready()
+                self.workers.watch(self._on_worker_failure)
+        except BaseException:
+            self._stop_workers()
+            raise
         self.server_args = self.scheduler.server_args  # the model path resolved
         endpoint = SchedulerEndpoint(self.scheduler)
         endpoint.warm_up()
@@ -79,6 +94,29 @@ class Engine:
             self._loop.close()
             self.scheduler.shutdown()
         self.scheduler = None
+        self._stop_workers()
+
+    def _start_workers(self, args: ServerArgs) -> ServerArgs:
+        """Check that the model splits over tp_size ranks, then start ranks 1..N-1 of this node."""
+        from sgl_runtime.model_executor.model_runner import resolve_model_path
+        from sgl_runtime.scheduler.tp_worker_process import check_tp_config, start_tp_workers, with_rendezvous
+
+        if args.node_rank != 0:
+            raise ValueError("an Engine runs rank 0 (node 0); start the other nodes with "
+                             "`python -m sgl_runtime.launch_server --node-rank N`")
+        args = with_rendezvous(args.replace(model_path=resolve_model_path(args.model_path)))
+        check_tp_config(args)
+        self.workers = ChildProcesses()
+        start_tp_workers(self.workers, args)
+        return args
+
+    def _on_worker_failure(self, message: str) -> None:
+        self.worker_failure = message
+
+    def _stop_workers(self) -> None:
+        if self.workers is not None:
+            self.workers.stop()
+        self.workers = None
 
     def __enter__(self) -> "Engine":
         return self

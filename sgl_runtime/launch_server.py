@@ -8,11 +8,13 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
 from sgl_runtime.process.ipc import IpcAddresses, configure_logging
+from sgl_runtime.scheduler.tp_worker_process import check_tp_config, start_tp_workers, with_rendezvous
 from sgl_runtime.server.request_tokenizer import ModelInfo
 from sgl_runtime.server_args import ServerArgs, parse_args
 
@@ -35,8 +37,10 @@ def launch_server(server_args: ServerArgs) -> int:
     configure_logging(server_args.log_level)
     signal.signal(signal.SIGTERM, _exit_on_signal)  # clean up children if stopped while starting
     try:
-        check_port_free(server_args.host, server_args.port)
-        server_args = resolve_model(server_args)
+        if server_args.node_rank == 0:
+            check_port_free(server_args.host, server_args.port)
+        server_args = with_rendezvous(resolve_model(server_args))
+        check_tp_config(server_args)
         model_info = ModelInfo.read(server_args)
     except (OSError, ValueError) as exc:
         logger.error("cannot start the server: %s", exc)
@@ -44,6 +48,8 @@ def launch_server(server_args: ServerArgs) -> int:
     addresses = IpcAddresses.make()
     children = ChildProcesses()
     try:
+        if server_args.node_rank > 0:
+            return _serve_ranks(server_args, children)
         return _serve(server_args, model_info, addresses, children)
     except ChildProcessFailed as exc:
         logger.error("server failed: %s", exc)
@@ -89,6 +95,7 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     from sgl_runtime.server.transport import ZmqTransport
 
     children.start("scheduler", run_scheduler_process, server_args, addresses)
+    start_tp_workers(children, server_args)
     children.start("detokenizer", run_detokenizer_process, server_args, addresses)
     metrics = ServerMetrics()
     tm = TokenizerManager(server_args, model_info, ZmqTransport(addresses), metrics)
@@ -110,6 +117,26 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     if failures or not server.started:
         return 1
     return 0
+
+
+def _serve_ranks(server_args: ServerArgs, children: ChildProcesses) -> int:
+    """A node other than node 0: run its tensor-parallel ranks (no HTTP) until rank 0 stops them (0) or
+    one of them fails (1)."""
+    start_tp_workers(children, server_args)
+    children.wait_ready()
+    logger.info("node %d: tensor-parallel ranks ready (process ids %s)", server_args.node_rank,
+                {name: process.pid for name, process in children.processes.items()})
+    ended: list[str] = []
+    children.watch(ended.append)
+    while not ended:
+        time.sleep(0.5)
+    for process in children.processes.values():
+        process.join(5.0)
+    if all(process.exitcode == 0 for process in children.processes.values()):
+        logger.info("node %d: rank 0 stopped the group", server_args.node_rank)
+        return 0
+    logger.error("node %d shutting down: %s", server_args.node_rank, ended[0])
+    return 1
 
 
 class StopSignal(BaseException):

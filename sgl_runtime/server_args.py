@@ -38,6 +38,14 @@ class ServerArgs:
     log_level: str = _arg("info", "Logging level.", ("debug", "info", "warning", "error"))
     log_interval: int = _arg(40, "Log batch statistics every this many decode steps.")
 
+    # Tensor parallelism (SGLang's flag names)
+    tp_size: int = _arg(1, "Tensor-parallel ranks (GPUs) one model is sharded over; one process per rank.")
+    nnodes: int = _arg(1, "Nodes the tensor-parallel ranks span (tp_size // nnodes ranks per node).")
+    node_rank: int = _arg(0, "This node's index; node 0 runs the scheduler and serves HTTP, the others only ranks.")
+    dist_init_addr: Optional[str] = _arg(
+        None, "host:port of rank 0's rendezvous (torch.distributed TCP store); needed with --nnodes > 1 "
+        "(default on one node: a free loopback port).")
+
     # Memory and scheduling
     mem_fraction_static: float = _arg(0.85, "Fraction of device memory for weights plus KV pool (GPU).")
     max_total_tokens: Optional[int] = _arg(None, "KV pool size in tokens (overrides --mem-fraction-static).")
@@ -88,8 +96,23 @@ class ServerArgs:
                 raise ValueError(f"{name} must be positive, got {value}")
         if self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1:
             raise ValueError(f"chunked_prefill_size must be positive or -1, got {self.chunked_prefill_size}")
+        self._check_parallelism()
         if self.stream_interval < 1:
             raise ValueError(f"stream_interval must be >= 1, got {self.stream_interval}")
+
+    def _check_parallelism(self) -> None:
+        if self.tp_size < 1 or self.nnodes < 1:
+            raise ValueError(f"tp_size and nnodes must be >= 1, got tp_size={self.tp_size}, nnodes={self.nnodes}")
+        if self.tp_size % self.nnodes:
+            raise ValueError(f"tp_size={self.tp_size} is not a multiple of nnodes={self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank={self.node_rank} is not in [0, nnodes={self.nnodes})")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr (host:port of node 0)")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"dist_init_addr={self.dist_init_addr!r} is not host:port")
 
     def _choice_fields(self):
         for f in dataclasses.fields(self):

@@ -22,7 +22,7 @@ MAX_LINES = 400
 LAYERS = [
     ["sgl_runtime.base"],
     ["sgl_runtime.process"],
-    ["sgl_runtime.kernels", "sgl_runtime.mem_cache"],
+    ["sgl_runtime.kernels", "sgl_runtime.mem_cache", "sgl_runtime.distributed"],
     ["sgl_runtime.layers"],
     ["sgl_runtime.models"],
     ["sgl_runtime.model_loader"],

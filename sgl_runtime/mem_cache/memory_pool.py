@@ -8,7 +8,11 @@ import torch
 
 
 class ReqToTokenPool:
-    """Maps (request slot, position) to a KV slot index; one row per running request."""
+    """Maps (request slot, position) to a KV slot index; one row per running request.
+
+    Writes go through `write` / `write_cells`. With `record_writes` (tensor parallelism) they are also
+    kept, in order, until `take_writes` hands them over, so the other ranks can replay them on their
+    copies of the table (`apply_writes`)."""
 
     def __init__(self, size: int, max_context_len: int, device: Union[str, torch.device]):
         if size <= 0 or max_context_len <= 0:
@@ -18,6 +22,35 @@ class ReqToTokenPool:
         self.device = device
         self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32, device=device)
         self.free_slots: list[int] = list(range(size))
+        self.record_writes = False
+        self._writes: list[tuple[torch.Tensor, torch.Tensor]] = []  # (flat cell indices, KV slots)
+
+    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Positions start .. start + len(slots) - 1 of request slot `row` point at `slots`."""
+        self.req_to_token[row, start : start + len(slots)] = slots.to(self.req_to_token.device, self.req_to_token.dtype)
+        if self.record_writes:
+            first = row * self.max_context_len + start
+            cells = torch.arange(first, first + len(slots), dtype=torch.int64, device=self.req_to_token.device)
+            self._writes.append((cells, slots))
+
+    def write_cells(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        """Cell (rows[i], positions[i]) points at slots[i]."""
+        device = self.req_to_token.device
+        rows, positions = rows.to(device), positions.to(device)
+        self.req_to_token[rows, positions] = slots.to(device, self.req_to_token.dtype)
+        if self.record_writes:
+            self._writes.append((rows * self.max_context_len + positions, slots))
+
+    def take_writes(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The writes recorded since the last call, oldest first: (flat cell indices, slots) per write."""
+        writes, self._writes = self._writes, []
+        return writes
+
+    def apply_writes(self, writes: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Replay another table's recorded writes, in order (a later write may overwrite an earlier one)."""
+        flat = self.req_to_token.view(-1)
+        for cells, slots in writes:
+            flat[cells] = slots.to(flat.dtype)
 
     def available_size(self) -> int:
         return len(self.free_slots)

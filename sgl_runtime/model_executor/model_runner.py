@@ -9,7 +9,10 @@ from typing import Optional
 
 import torch
 
+from sgl_runtime.distributed.layout import local_device_index
+from sgl_runtime.distributed.parallel_state import TensorParallelError, TPGroup, init_tp_group
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from sgl_runtime.model_executor.tp_batch_channel import BatchChannel
 from sgl_runtime.model_config import ModelConfig
 from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
 from sgl_runtime.server_args import ServerArgs
@@ -31,38 +34,92 @@ class ModelRunner:
     `cuda_graph_runner`, when set (an object with `can_run(forward_batch) -> bool` and
     `replay(forward_batch) -> logits`, plus `can_run_extend` / `replay_extend` for small EXTEND
     batches), serves those batches instead of the eager model.
+
+    With tp_size > 1 there is one ModelRunner per rank, each holding its shard of the weights and of
+    the KV heads. Rank 0's (the scheduler's) `forward` first broadcasts the batch; the other ranks sit
+    in `serve_as_worker`, running every forward rank 0 sends, until it stops.
     """
 
-    def __init__(self, server_args: ServerArgs, model_config: ModelConfig) -> None:
+    def __init__(self, server_args: ServerArgs, model_config: ModelConfig, tp_rank: int = 0) -> None:
         from sgl_runtime.model_loader.loader import load_model
 
         self.server_args = server_args
         self.model_config = model_config
         self.device = server_args.resolved_device
+        self.tp = self._join_tp_group(tp_rank)
+        self.channel = BatchChannel(self.tp, self.device) if self.tp is not None else None
         torch.manual_seed(server_args.random_seed)
         self.model = load_model(
-            model_config.model_path, model_config.dtype, self.device, server_args.load_format, server_args.random_seed
+            model_config.model_path, model_config.dtype, self.device, server_args.load_format, server_args.random_seed,
+            self.tp,
         )
+        self.num_kv_heads = _local_kv_heads(model_config.num_kv_heads, server_args.tp_size)
         self.max_total_num_tokens = self._kv_pool_size()
+        if self.tp is not None:  # rank 0 allocates slots for every rank: the smallest pool binds
+            self.max_total_num_tokens = self.tp.min_int(self.max_total_num_tokens)
         self.max_running_requests = self._max_running_requests()
         self.req_to_token_pool = ReqToTokenPool(
             self.max_running_requests + 2, self._table_width(), self.device
         )
+        self.req_to_token_pool.record_writes = self.tp is not None and self.tp.is_driver
         self.token_to_kv_pool = TokenToKVPool(
-            self.max_total_num_tokens, model_config.dtype, model_config.num_kv_heads, model_config.head_dim,
+            self.max_total_num_tokens, model_config.dtype, self.num_kv_heads, model_config.head_dim,
             model_config.num_layers, self.device,
         )
         self.attn_backend = self._make_attention_backend()
         self.cuda_graph_runner = self._make_cuda_graph_runner()
         logger.info(
-            "model loaded on %s (%s): KV pool %d tokens, up to %d running requests, %s attention",
-            self.device, model_config.dtype, self.max_total_num_tokens, self.max_running_requests,
-            type(self.attn_backend).__name__,
+            "model loaded on %s (%s%s): KV pool %d tokens, up to %d running requests, %s attention",
+            self.device, model_config.dtype, f", tp rank {tp_rank} of {server_args.tp_size}" if self.tp else "",
+            self.max_total_num_tokens, self.max_running_requests, type(self.attn_backend).__name__,
         )
 
-    @torch.inference_mode()
     def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
-        """logits [L, vocab] float32 for the rows in forward_batch.logits_indices."""
+        """logits [L, vocab] float32 for the rows in forward_batch.logits_indices (on every rank)."""
+        if self.tp is None:
+            return self._forward(forward_batch)
+        try:
+            self.channel.send(forward_batch, self.req_to_token_pool.take_writes())
+            return self._forward(forward_batch)
+        except Exception as exc:  # the ranks no longer agree (a collective failed, or rank 0 alone raised)
+            raise TensorParallelError(f"tensor-parallel forward failed on rank 0 (a rank died?): {exc}") from exc
+
+    def heartbeat(self) -> None:
+        """Rank 0, while idle: check that every rank still answers (TensorParallelError if one died)."""
+        if self.tp is None:
+            return
+        try:
+            self.channel.send_ping()
+        except Exception as exc:
+            raise TensorParallelError(f"a tensor-parallel rank stopped answering rank 0: {exc}") from exc
+
+    def serve_as_worker(self) -> None:
+        """Ranks 1..N-1: run each forward rank 0 broadcasts until it stops (TensorParallelError if it dies)."""
+        while True:
+            try:
+                received = self.channel.receive()
+                if received is None:
+                    return
+                forward_batch, writes = received
+                self.req_to_token_pool.apply_writes(writes)
+                self._forward(forward_batch)
+            except Exception as exc:
+                raise TensorParallelError(f"tensor-parallel rank {self.tp.rank} lost the group: {exc}") from exc
+
+    def shutdown(self) -> None:
+        """Rank 0 tells the other ranks to stop; every rank leaves the process group."""
+        if self.tp is None:
+            return
+        try:
+            if self.tp.is_driver:
+                self.channel.send_stop()
+        except RuntimeError as exc:  # another rank is gone already
+            logger.warning("tensor-parallel stop not delivered: %s", exc)
+        self.tp.destroy()
+        self.tp = None
+
+    @torch.inference_mode()
+    def _forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
         forward_batch.attn_backend = self.attn_backend
         forward_batch.req_to_token = self.req_to_token_pool.req_to_token
         graph = self.cuda_graph_runner
@@ -74,11 +131,20 @@ class ModelRunner:
         self.attn_backend.init_forward_metadata(forward_batch)
         return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch)
 
+    def _join_tp_group(self, tp_rank: int) -> Optional[TPGroup]:
+        args = self.server_args
+        if args.tp_size == 1:
+            return None
+        if self.device != "cpu":
+            torch.cuda.set_device(local_device_index(tp_rank, args.tp_size, args.nnodes))
+        return init_tp_group(tp_rank, args.tp_size, args.dist_init_addr, self.device)
+
     # ------------------------------------------------------------------ sizing
     def kv_bytes_per_token(self) -> int:
+        """KV bytes per token on this rank (its share of the KV heads)."""
         cfg = self.model_config
         element = torch.tensor([], dtype=cfg.dtype).element_size()
-        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * element
+        return 2 * cfg.num_layers * self.num_kv_heads * cfg.head_dim * element
 
     def _kv_pool_size(self) -> int:
         if self.server_args.max_total_tokens is not None:
@@ -126,7 +192,7 @@ class ModelRunner:
         here, not again inside the first long prefill (Triton specialises integers divisible by 16)."""
         cfg = self.model_config
         req_pool = ReqToTokenPool(1, self._table_width(), self.device)
-        kv_pool = TokenToKVPool(num_tokens, cfg.dtype, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, self.device)
+        kv_pool = TokenToKVPool(num_tokens, cfg.dtype, self.num_kv_heads, cfg.head_dim, cfg.num_layers, self.device)
         slots = kv_pool.alloc(num_tokens)
         req_pool.req_to_token[0, :num_tokens] = slots.to(torch.int32)
 
@@ -181,6 +247,11 @@ class ModelRunner:
         from sgl_runtime.model_executor.cuda_graph_runner import CudaGraphRunner
 
         return CudaGraphRunner(self, min(self.server_args.cuda_graph_max_bs, self.max_running_requests))
+
+
+def _local_kv_heads(num_kv_heads: int, tp_size: int) -> int:
+    """KV heads per rank: a split of them, or one (replicated) when there are fewer heads than ranks."""
+    return num_kv_heads // tp_size if num_kv_heads >= tp_size else 1
 
 
 def _has_module(name: str) -> bool:

@@ -1,4 +1,8 @@
-"""Builds a model from a local checkpoint: the class from the registry, weights from *.safetensors (or dummy)."""
+"""Builds a model from a local checkpoint: the class from the registry, weights from *.safetensors (or dummy).
+
+With tensor parallelism the built model is sharded (models/tensor_parallel.apply_tp) before any storage
+is allocated, and each rank reads only its part of every checkpoint tensor (safetensors slices), so no
+rank ever holds the whole model."""
 
 from __future__ import annotations
 
@@ -6,36 +10,44 @@ import contextlib
 import glob
 import json
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 from torch import nn
 
+from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.model_config import load_hf_config
 from sgl_runtime.models.registry import get_model_class
+from sgl_runtime.models.tensor_parallel import apply_tp
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 DUMMY_WEIGHT_RANGE = 0.02
 
 
-def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: str = "auto", seed: int = 0) -> nn.Module:
-    """The model in eval mode on `device` in `dtype`; load_format "dummy" makes seeded random weights."""
+def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: str = "auto", seed: int = 0,
+               tp: Optional[TPGroup] = None) -> nn.Module:
+    """The model in eval mode on `device` in `dtype`; load_format "dummy" makes seeded random weights.
+    With `tp`, this rank's shard of it (dummy weights are then seeded per rank)."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format={load_format!r} is not one of {LOAD_FORMATS}")
     hf_config = load_hf_config(model_path)
     model_class = get_model_class(getattr(hf_config, "architectures", None))
-    model = build_empty_model(model_class, hf_config, dtype, device)
+    model = build_empty_model(model_class, hf_config, dtype, device, tp)
     if load_format == "dummy":
-        init_dummy_weights(model, seed)
+        init_dummy_weights(model, seed + (tp.rank if tp is not None else 0))
     else:
-        load_safetensors_weights(model, model_path)
+        load_safetensors_weights(model, model_path, lazy=tp is not None)
     return model.eval()
 
 
-def build_empty_model(model_class: type[nn.Module], hf_config, dtype: torch.dtype, device: str) -> nn.Module:
-    """Construct on the meta device (no init cost, no host copy), then allocate uninitialised storage on `device`."""
+def build_empty_model(model_class: type[nn.Module], hf_config, dtype: torch.dtype, device: str,
+                      tp: Optional[TPGroup] = None) -> nn.Module:
+    """Construct on the meta device (no init cost, no host copy), shard it for `tp`, then allocate
+    uninitialised storage on `device`."""
     with _default_dtype(dtype), torch.device("meta"):
         model = model_class(hf_config)
+        if tp is not None and tp.size > 1:
+            model = apply_tp(model, tp)
     model = model.to_empty(device=device)
     model.tie_weights()  # to_empty gives every module fresh parameters, which unties shared ones
     for module in model.modules():
@@ -56,9 +68,10 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
             param.uniform_(-DUMMY_WEIGHT_RANGE, DUMMY_WEIGHT_RANGE, generator=generator)
 
 
-def load_safetensors_weights(model: nn.Module, model_path: str) -> None:
+def load_safetensors_weights(model: nn.Module, model_path: str, lazy: bool = False) -> None:
+    """Every parameter from the checkpoint; `lazy` hands the model safetensors slices to read its part of."""
     files = safetensors_files(model_path)
-    loaded = model.load_weights(iter_safetensors(files))
+    loaded = model.load_weights(iter_safetensors(files, lazy))
     missing = sorted(set(dict(model.named_parameters())) - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
@@ -82,13 +95,15 @@ def safetensors_files(model_path: str) -> list[str]:
     return files
 
 
-def iter_safetensors(files: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(files: list[str], lazy: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor of the files; with `lazy`, (name, slice): nothing is read until
+    the slice is indexed (`slice[a:b]` reads only those rows)."""
     from safetensors import safe_open
 
     for path in files:
         with safe_open(path, framework="pt", device="cpu") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                yield name, (f.get_slice(name) if lazy else f.get_tensor(name))
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from torch import nn
 from sgl_runtime.kernels import fusion
 from sgl_runtime.layers.activation import SiluAndMul
 from sgl_runtime.layers.layernorm import RMSNorm
+from sgl_runtime.layers.linear import read_shard
 from sgl_runtime.layers.radix_attention import RadixAttention
 from sgl_runtime.layers.rotary_embedding import RotaryEmbedding
 from sgl_runtime.model_config import head_dim_of, rope_parameters
@@ -177,7 +178,9 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Copy HF-named tensors into the parameters; returns the names of the parameters written."""
+        """Copy HF-named tensors into the parameters; returns the names of the parameters written. A tensor
+        may be a safetensors slice: a tensor-parallel layer (see models/tensor_parallel.py) reads only its
+        rank's part of it."""
         params = dict(self.named_parameters())
         shards_seen: dict[str, set[str]] = {}
         for name, tensor in weights:
@@ -187,7 +190,8 @@ class LlamaForCausalLM(nn.Module):
             target = params[param_name]
             if shard is not None:
                 target = target.narrow(0, *self._shard_offsets(param_name)[shard])
-            _copy_checked(name, target, tensor)
+            module_name, _, param = param_name.rpartition(".")
+            _copy_checked(name, target, read_shard(self.get_submodule(module_name), param, shard, tensor))
             shards_seen.setdefault(param_name, set()).add(shard)
         # A merged parameter counts as loaded only once all of its shards were.
         return {

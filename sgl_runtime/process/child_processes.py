@@ -37,18 +37,19 @@ class ChildProcesses:
         self._conns[name] = reader
 
     def wait_ready(self) -> dict[str, dict]:
-        """Block until every child says it is ready; raise ChildProcessFailed otherwise."""
+        """Block until every child says it is ready; raise ChildProcessFailed as soon as one fails
+        (children wait on each other, e.g. tensor-parallel ranks, so each is watched all along)."""
         infos = {}
-        for name, process in self.processes.items():
-            conn = self._conns[name]
-            while True:
-                if conn.poll(READY_POLL_S):
-                    message = self._recv(name)
-                    if message is None or message.get("status") != "ready":
-                        raise ChildProcessFailed(self._describe_failure(name))
-                    infos[name] = message
-                    break
-                if not process.is_alive():
+        pending = {conn: name for name, conn in self._conns.items()}
+        while pending:
+            for conn in wait(list(pending), READY_POLL_S):
+                name = pending.pop(conn)
+                message = self._recv(name)
+                if message is None or message.get("status") != "ready":
+                    raise ChildProcessFailed(self._describe_failure(name))
+                infos[name] = message
+            for name in pending.values():
+                if not self.processes[name].is_alive():
                     raise ChildProcessFailed(self._describe_failure(name))
         return infos
 

@@ -89,12 +89,11 @@ class ScheduleBatch:
         rows = self.req_to_token_pool.alloc(len(fresh))
         if rows is None:
             raise OutOfKVMemory(f"no free request slot for {len(fresh)} new requests")
-        table = self.req_to_token_pool.req_to_token
         for req, row in zip(fresh, rows):
             req.req_pool_idx = row
             prefix_len = len(req.prefix_indices)
             if prefix_len:
-                table[row, :prefix_len] = req.prefix_indices.to(table.device, table.dtype)
+                self.req_to_token_pool.write(row, 0, req.prefix_indices)
             req.kv_len = req.cache_protected_len = prefix_len
 
     # ------------------------------------------------------------------ building
@@ -193,14 +192,13 @@ class ScheduleBatch:
 
     def _write_table(self, out_cache_loc, rows_t, positions_t, prefix_lens, ext_lens, one_each: bool) -> None:
         """Point each new token's req_to_token entry at its KV slot (device ops, no sync)."""
-        table = self.req_to_token_pool.req_to_token
-        slots = out_cache_loc.to(table.device, table.dtype)
+        pool = self.req_to_token_pool
         if one_each:
-            table[rows_t.to(table.device), positions_t.to(table.device)] = slots
+            pool.write_cells(rows_t, positions_t, out_cache_loc)
             return
         offset = 0
         for req, start, n in zip(self.reqs, prefix_lens, ext_lens):
-            table[req.req_pool_idx, start : start + n] = slots[offset : offset + n]
+            pool.write(req.req_pool_idx, start, out_cache_loc[offset : offset + n])
             offset += n
 
     def _build_layout(self, prefix_lens: list[int], ext_lens: list[int], one_each: bool = False) -> None:
@@ -303,7 +301,7 @@ def cache_unfinished_req(req: Req, req_to_token_pool, token_to_kv_pool, tree_cac
     indices, node = tree_cache.match_prefix(key)
     assert len(indices) == kv_len, f"cached {len(indices)} of {kv_len} tokens just inserted"
     if already > protected:
-        table[req.req_pool_idx, protected:already] = indices[protected:already].to(table.device, table.dtype)
+        req_to_token_pool.write(req.req_pool_idx, protected, indices[protected:already])
     tree_cache.inc_lock_ref(node)
     _unlock(req, tree_cache)
     req.last_node, req.node_locked = node, True

@@ -12,6 +12,7 @@ import itertools
 import logging
 from typing import Optional
 
+from sgl_runtime.distributed.parallel_state import TensorParallelError
 from sgl_runtime.io_struct import (
     AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
 )
@@ -116,8 +117,10 @@ class Scheduler(OverlapMixin):
         return FlushCacheOut(success=True)
 
     def shutdown(self) -> None:
-        """Stop the constraint compiler threads (the model and pools go with the object)."""
+        """Stop the constraint compiler threads and the other tensor-parallel ranks (the model and
+        pools go with the object)."""
         self.constraints.shutdown()
+        self.model_runner.shutdown()
 
     def abort(self, rid: str) -> None:
         """Abort every sample of request `rid`, wherever it is, freeing its memory."""
@@ -334,7 +337,10 @@ class Scheduler(OverlapMixin):
         release_req_kv(req, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache)
 
     def _fail_batch(self, batch: ScheduleBatch, error: Exception) -> None:
-        """A forward or its post-processing raised: fail this batch's requests, free their memory."""
+        """A forward or its post-processing raised: fail this batch's requests, free their memory.
+        A tensor-parallel failure is re-raised: the ranks no longer agree, so nothing can run again."""
+        if isinstance(error, TensorParallelError):
+            raise error
         logger.exception("batch of %d request(s) failed; aborting them", len(batch))
         message = f"internal error: {type(error).__name__}: {error}"
         if batch.out_cache_loc is not None and not batch.committed:

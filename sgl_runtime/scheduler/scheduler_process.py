@@ -38,6 +38,7 @@ def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn
     except Exception:
         report_fatal(conn, "scheduler crashed")
         lifetime.exit(1)
+    loop.scheduler.shutdown()  # tells the other tensor-parallel ranks to stop
     lifetime.exit(0)
 
 
@@ -58,7 +59,9 @@ class SchedulerLoop:
 
     def run_forever(self) -> None:
         while self.lifetime.keep_running():
-            self._process_inbox(block=not self.scheduler.has_work())
+            idle = not self.scheduler.has_work()
+            if not self._process_inbox(block=idle) and idle:
+                self.scheduler.model_runner.heartbeat()  # a rank on another node may have died meanwhile
             if self.scheduler.has_work():
                 output = self.endpoint.step()
                 if output is not None:
@@ -68,14 +71,15 @@ class SchedulerLoop:
     def stats(self) -> dict[str, Any]:
         return self.endpoint.stats()
 
-    def _process_inbox(self, block: bool) -> None:
+    def _process_inbox(self, block: bool) -> bool:
+        """Dispatch every queued message (waiting up to IDLE_POLL_MS for one when `block`); whether any came."""
         if block and not self.inbox.poll(IDLE_POLL_MS):
-            return
+            return False
         while True:
             try:
                 message = self.inbox.recv_pyobj(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return True
             reply = self.endpoint.receive(message)
             if reply is not None:
                 self.outbox.send_pyobj(reply)
