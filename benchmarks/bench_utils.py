@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-MODEL_CONFIGS = ("llama-3-8b", "qwen2.5-7b", "qwen3-30b-a3b")
+MODEL_CONFIGS = ("llama-3-8b", "llama-3-70b", "qwen2.5-7b", "qwen3-30b-a3b")  # llama-3-70b needs --tp-size 2+ on an H200
 TINY_OVERRIDES = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096, "torch_dtype": "float32",
@@ -38,6 +38,7 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--disable-cuda-graph", action="store_true")
     parser.add_argument("--disable-overlap-schedule", action="store_true")
+    parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (GPUs) for the engine")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -61,7 +62,8 @@ def make_model_dir(model_config: str, tiny: bool) -> str:
 
 def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
     kwargs = dict(load_format=args.load_format, device=args.device, disable_cuda_graph=args.disable_cuda_graph,
-                  disable_overlap_schedule=args.disable_overlap_schedule, random_seed=args.seed, log_level="warning")
+                  disable_overlap_schedule=args.disable_overlap_schedule, random_seed=args.seed, log_level="warning",
+                  tp_size=args.tp_size)
     if args.tiny:
         kwargs.update(max_total_tokens=65536, max_running_requests=64)
     kwargs.update(extra)

@@ -1,4 +1,4 @@
-"""Usage: python benchmarks/offline_throughput.py [--model-config llama-3-8b] [--tiny]
+"""Usage: python benchmarks/offline_throughput.py [--model-config llama-3-8b] [--tp-size N] [--tiny]
 
 Offline throughput through sgl_runtime.Engine on dummy weights:
   1. 256 requests, input and output lengths uniform in [100, 1024] (seed 0), ignore_eos, greedy:
@@ -8,6 +8,8 @@ Offline throughput through sgl_runtime.Engine on dummy weights:
   4. Hugging Face transformers `generate` on the same shape with dummy weights (batch 64, input 512,
      output 128) and our ratio to it (our output tok/s on the same workload).
 Prints one JSON line and a table. --tiny runs a tiny model with few requests (CPU smoke test).
+--tp-size N shards the engine over N GPUs (the transformers baseline, one GPU, is then skipped:
+`--model-config llama-3-70b --tp-size 2` does not fit one H200 in bf16).
 """
 
 from __future__ import annotations
@@ -117,8 +119,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     model_dir = make_model_dir(args.model_config, args.tiny)
     isolate = not args.tiny
-    result = {"model_config": args.model_config, "tiny": args.tiny, **environment()}
-    if not args.skip_hf:
+    result = {"model_config": args.model_config, "tiny": args.tiny, "tp_size": args.tp_size, **environment()}
+    if not args.skip_hf and args.tp_size == 1:
         result.update(run_isolated(run_hf, isolate, args, model_dir))
     result.update(run_isolated(run_engine, isolate, args, model_dir))
     if "hf_output_tok_s" in result:

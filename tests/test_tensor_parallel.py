@@ -102,3 +102,41 @@ def test_each_rank_loads_exactly_its_shard(tmp_path, kv_heads, vocab):
         torch.testing.assert_close(joined[: full[name].shape[0]], full[name], rtol=0, atol=0)
     if vocab % 2:  # rank 1's last row is padding
         assert not shards[1]["model.embed_tokens.weight"][-1].any()
+
+
+def test_start_up_fails_in_one_line_when_the_model_does_not_split(tmp_path, capfd):
+    from sgl_runtime.launch_server import launch_server
+    from sgl_runtime.server_args import ServerArgs
+    from server_fixtures import free_port
+
+    path = make_tiny_checkpoint("llama3", tmp_path)  # 4 attention heads, 2 KV heads
+    with pytest.raises(ValueError, match=r"^--tp-size 3 does not divide the model's 4 attention heads$"):
+        Engine(path, device="cpu", tp_size=3)
+    args = ServerArgs(model_path=path, device="cpu", tp_size=8, port=free_port())
+    assert launch_server(args) == 1
+    assert "cannot start the server: --tp-size 8 does not divide the model's 4 attention heads" in capfd.readouterr().err
+
+
+def test_tp_size_must_fit_the_visible_gpus_and_the_flags_check_themselves():
+    from sgl_runtime.distributed.layout import check_tp_fits, ranks_of_node
+    from sgl_runtime.server_args import ServerArgs
+
+    too_many = 2 * max(1, torch.cuda.device_count())
+    with pytest.raises(ValueError, match=rf"--tp-size {too_many} needs {too_many} GPUs on this node, \d+ visible"):
+        check_tp_fits(too_many, 1, 64, 8, 1024, "cuda")
+    with pytest.raises(ValueError, match="one must divide the other"):
+        check_tp_fits(4, 1, 12, 6, 128, "cpu")
+    for bad in (dict(tp_size=3, nnodes=2), dict(nnodes=2, tp_size=2), dict(tp_size=2, node_rank=1),
+                dict(tp_size=0), dict(tp_size=2, dist_init_addr="nohost")):
+        with pytest.raises(ValueError):
+            ServerArgs(**bad)
+    assert list(ranks_of_node(8, 2, 1)) == [4, 5, 6, 7]
+
+
+def test_the_frontend_passes_tensor_parallel_flags_through():
+    from sgl_lang.backend.runtime import _cli_flags
+    from sgl_runtime.server_args import parse_args
+
+    flags = _cli_flags({"tp_size": 2, "nnodes": 2, "node_rank": 1, "dist_init_addr": "127.0.0.1:5000"})
+    args = parse_args(flags)
+    assert (args.tp_size, args.nnodes, args.node_rank, args.dist_init_addr) == (2, 2, 1, "127.0.0.1:5000")

@@ -1,5 +1,5 @@
 """Two "nodes" on loopback (gloo): node 0 serves HTTP and runs rank 0, node 1 only runs rank 1. Greedy
-outputs (a regex one included) equal a tp=1 Engine's; then killing rank 1's process mid-generation ends
+outputs equal a tp=1 Engine's (constraints under tensor parallelism: tests/test_tensor_parallel.py); then killing rank 1's process mid-generation ends
 both launchers with an error naming what died, within 30 s, and leaves no process behind."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from model_fixtures import make_tiny_checkpoint
 from server_fixtures import ServerProcess, descendant_pids, free_port, pid_alive
 from sgl_runtime.engine import Engine
 
-REGEX = r"(yes|no), because [a-z]{2,6}\."
 FAULT_DEADLINE_S = 30.0
 
 
@@ -47,19 +46,17 @@ def two_nodes(tmp_path_factory):
         node1.wait()
 
 
-def _params(i: int) -> dict:
-    params = {"max_new_tokens": 8, "temperature": 0}
-    return {**params, "regex": REGEX, "max_new_tokens": 16} if i == 3 else params
+GREEDY = {"max_new_tokens": 8, "temperature": 0}
 
 
 def test_two_nodes_generate_what_one_rank_does(two_nodes):
     path, node0, _, _ = two_nodes
     prompts = random_prompts([12, 5, 30, 9], seed=3)
     with Engine(path, device="cpu", max_total_tokens=4096) as engine:
-        want = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=[_params(i) for i in range(4)])]
+        want = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=GREEDY)]
     got = []
-    for i, prompt in enumerate(prompts):
-        r = requests.post(f"{node0.url}/generate", json={"input_ids": prompt, "sampling_params": _params(i)}, timeout=60)
+    for prompt in prompts:
+        r = requests.post(f"{node0.url}/generate", json={"input_ids": prompt, "sampling_params": GREEDY}, timeout=120)
         assert r.status_code == 200, r.text
         got.append(r.json()["output_ids"])
     assert got == want
