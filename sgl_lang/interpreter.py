@@ -165,6 +165,9 @@ class StreamExecutor:
             self._append(value, node.name)
             self._publish(node.name, value, {"speculative": True})
             return
+        if self.stream and (params.n or 1) > 1:
+            raise ValueError(f"gen {node.name!r}: n > 1 cannot stream (its n texts arrive together); "
+                             "run it without stream=True")
         if self.stream:
             meta: dict = {}
             chunks = self.stream_chunks.setdefault(node.name, [])
@@ -174,7 +177,7 @@ class StreamExecutor:
             value = self.partial_values[node.name]
         else:
             value, meta = self.backend.generate(self, params)
-            self._append(value, node.name)
+            self._append(value[0] if isinstance(value, list) else value, node.name)  # n > 1: the first continues
         self._publish(node.name, value, meta)
 
     def _speculative_value(self, params: SglSamplingParams) -> Optional[str]:

@@ -39,7 +39,7 @@ class SglSamplingParams:
 
     max_new_tokens: Optional[int] = _param(SAMPLING, (int,), "most tokens to generate", alias="max_tokens")
     min_new_tokens: Optional[int] = _param(SAMPLING, (int,), "fewest tokens before EOS/stop", alias="min_tokens")
-    n: Optional[int] = _param(SAMPLING, (int,), "number of samples (1 for the DSL)")
+    n: Optional[int] = _param(SAMPLING, (int,), "number of samples: n > 1 makes the variable a list of n texts (the first continues the program)")
     stop: Optional[Any] = _param(SAMPLING, (str, list, tuple), "stop string or list of stop strings")
     stop_token_ids: Optional[Any] = _param(SAMPLING, (list, tuple), "token ids that stop generation")
     stop_regex: Optional[Any] = _param(SAMPLING, (str, list, tuple), "regex or list of regexes that stop generation")

@@ -70,6 +70,7 @@ class Engine:
         return_logprob: Union[bool, list[bool]] = False,
         logprob_start_len: Union[int, list[int]] = -1,
         top_logprobs_num: Union[int, list[int]] = 0,
+        token_ids_logprob: Optional[Union[list[int], list[list[int]]]] = None,
         return_text_in_logprobs: bool = False,
         rid: Optional[Union[str, list[str]]] = None,
     ) -> Union[dict, list[dict]]:
@@ -78,7 +79,8 @@ class Engine:
         obj = GenerateReqInput(
             text=prompt, input_ids=input_ids, sampling_params=sampling_params, rid=rid,
             return_logprob=return_logprob, logprob_start_len=logprob_start_len,
-            top_logprobs_num=top_logprobs_num, return_text_in_logprobs=return_text_in_logprobs,
+            top_logprobs_num=top_logprobs_num, token_ids_logprob=token_ids_logprob,
+            return_text_in_logprobs=return_text_in_logprobs,
         )
         return self._loop.run_until_complete(_first(self.tokenizer_manager.generate(obj)))
 

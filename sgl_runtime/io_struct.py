@@ -30,6 +30,7 @@ class GenerateReqInput:
     return_logprob: Union[bool, list[bool]] = False
     logprob_start_len: Union[int, list[int]] = -1
     top_logprobs_num: Union[int, list[int]] = 0
+    token_ids_logprob: Optional[Union[list[int], list[list[int]]]] = None  # ids scored at every position
     return_text_in_logprobs: bool = False
 
 
@@ -45,6 +46,7 @@ class TokenizedGenerateReqInput:
     return_logprob: bool = False
     logprob_start_len: int = -1  # -1: no prompt logprobs; k: prompt logprobs from position k on
     top_logprobs_num: int = 0
+    token_ids_logprob: Optional[list[int]] = None  # token ids whose logprobs every scored position reports
     stream: bool = False
 
 
@@ -95,6 +97,8 @@ class ReqTokenOutput:
     input_top_logprobs: Optional[list] = None
     new_output_token_logprobs: Optional[list] = None
     new_output_top_logprobs: Optional[list] = None
+    input_token_ids_logprobs: Optional[list] = None  # per position (logprob, id) of each token_ids_logprob id
+    new_output_token_ids_logprobs: Optional[list] = None
     error: Optional[str] = None  # a per-request failure (e.g. constraint compile error)
     stop_strs: tuple = ()  # the request's stop strings, so the detokenizer holds back partial matches
     stop_regexes: tuple = ()  # the request's stop_regex patterns, so the detokenizer trims a match

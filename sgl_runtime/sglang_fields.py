@@ -106,7 +106,7 @@ GENERATE_REQ_INPUT: dict[str, SGLangField] = {
     'return_logprob': honoured(None),
     'logprob_start_len': honoured(None),
     'top_logprobs_num': honoured(None),
-    'token_ids_logprob': default_only(None),
+    'token_ids_logprob': honoured(None),
     'return_sampling_mask': default_only(None),
     'sampling_logprobs_mode': default_only(None),
     'return_text_in_logprobs': honoured(False),

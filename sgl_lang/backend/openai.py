@@ -12,7 +12,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 from sgl_lang.backend.base import BackendError, BaseBackend
 from sgl_lang.backend.openai_select import select_by_constrained_choice, select_by_echo_logprobs
@@ -76,13 +76,11 @@ class OpenAI(BaseBackend):
         return self.chat_template
 
     # Generation
-    def generate(self, s, sampling_params: SglSamplingParams) -> tuple[str, dict]:
+    def generate(self, s, sampling_params: SglSamplingParams) -> tuple[Union[str, list[str]], dict]:
+        """The completion, or with n > 1 the list of the n completions (as SGLang's OpenAI backend)."""
         response = self._create(s, self._request_kwargs(sampling_params), continue_partial=bool(s.num_api_spec_tokens))
         texts = [_choice_text(choice) for choice in response.choices]
-        meta = _meta(response)
-        if len(texts) > 1:
-            meta["texts"] = texts
-        return texts[0], meta
+        return (texts if len(texts) > 1 else texts[0]), _meta(response)
 
     def generate_stream(self, s, sampling_params: SglSamplingParams) -> Iterator[tuple[str, dict]]:
         kwargs = {**self._request_kwargs(sampling_params), "stream": True, "stream_options": {"include_usage": True}}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import requests
 
@@ -55,8 +55,12 @@ class RuntimeEndpoint(BaseBackend):
         self.cache_prefix(s.text_)
 
     # Generation
-    def generate(self, s, sampling_params: SglSamplingParams) -> tuple[str, dict]:
+    def generate(self, s, sampling_params: SglSamplingParams) -> tuple[Union[str, list[str]], Union[dict, list[dict]]]:
+        """The completion and its meta_info; with n > 1 (the server answers a list) the n completions
+        and their n meta_infos."""
         obj = self._generate(self._generate_body(s.text_, sampling_params))
+        if isinstance(obj, list):
+            return [o["text"] for o in obj], [o["meta_info"] for o in obj]
         return obj["text"], obj["meta_info"]
 
     def generate_stream(self, s, sampling_params: SglSamplingParams) -> Iterator[tuple[str, dict]]:
@@ -104,8 +108,6 @@ class RuntimeEndpoint(BaseBackend):
 
     @staticmethod
     def _generate_body(text: str, sampling_params: SglSamplingParams) -> dict:
-        if sampling_params.n not in (None, 1):
-            raise ValueError("gen supports n=1 only; fork the program for several samples")
         sampling, request = sampling_params.to_request()
         return {"text": text, "sampling_params": sampling, **request}
 

@@ -130,6 +130,10 @@ class DetokenizerManager:
             meta["output_token_logprobs"] = self._token_entries(out.new_output_token_logprobs)
         if out.new_output_top_logprobs is not None:
             meta["output_top_logprobs"] = self._top_entries(out.new_output_top_logprobs)
+        if out.input_token_ids_logprobs is not None:
+            meta["input_token_ids_logprobs"] = self._top_entries(out.input_token_ids_logprobs)
+        if out.new_output_token_ids_logprobs is not None:
+            meta["output_token_ids_logprobs"] = self._top_entries(out.new_output_token_ids_logprobs)
         return meta
 
     def _token_entries(self, entries: list) -> list[list]:

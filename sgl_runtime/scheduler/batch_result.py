@@ -42,10 +42,12 @@ def _append_sampled(reqs: list[Req], sample_logits: torch.Tensor, sampler: Sampl
     raw = sample_logits[lp_index].clone() if lp_index else None
     next_ids = sampler(sample_logits, reqs).tolist()
     if raw is not None:
-        chosen, tops = token_logprobs(raw, [next_ids[i] for i in lp_index], [reqs[i].top_logprobs_num for i in lp_index])
-        for i, lp, top in zip(lp_index, chosen, tops):
+        rows = token_logprobs(raw, [next_ids[i] for i in lp_index], [reqs[i].top_logprobs_num for i in lp_index],
+                              [reqs[i].token_ids_logprob for i in lp_index])
+        for i, lp, top, by_id in zip(lp_index, rows.chosen, rows.tops, rows.token_ids):
             reqs[i].output_token_logprobs.append((lp, next_ids[i]))
             reqs[i].output_top_logprobs.append(top)
+            reqs[i].output_token_ids_logprobs.append(by_id)
     if not (jump_forward and any(r.matcher is not None for r in reqs)):
         for req, token_id in zip(reqs, next_ids):
             req.append_token(token_id)  # tolist() gave Python ints
@@ -79,24 +81,28 @@ def record_prompt_logprobs(batch: ScheduleBatch, logits: torch.Tensor) -> None:
     rows: list[int] = []
     targets: list[int] = []
     top_nums: list[int] = []
+    by_ids: list = []
     for req, start, targets_i in zip(batch.reqs, layout.row_start, layout.score_targets):
         rows.extend(range(start, start + len(targets_i)))
         targets.extend(targets_i)
         top_nums.extend([req.top_logprobs_num] * len(targets_i))
+        by_ids.extend([req.token_ids_logprob] * len(targets_i))
     if rows:
-        chosen, tops = token_logprobs(logits[torch.tensor(rows, device=logits.device)], targets, top_nums)
+        scored = token_logprobs(logits[torch.tensor(rows, device=logits.device)], targets, top_nums, by_ids)
         offset = 0
         for req, targets_i in zip(batch.reqs, layout.score_targets):
             n = len(targets_i)
-            req.input_logprobs_acc.extend(zip(chosen[offset : offset + n], targets_i))
-            req.input_top_acc.extend(tops[offset : offset + n])
+            req.input_logprobs_acc.extend(zip(scored.chosen[offset : offset + n], targets_i))
+            req.input_top_acc.extend(scored.tops[offset : offset + n])
+            req.input_token_ids_acc.extend(scored.token_ids[offset : offset + n])
             offset += n
     for req, samples in zip(batch.reqs, layout.samples):
         if samples and req.need_input_logprobs:
             first = [(None, req.origin_input_ids[0])] if req.logprob_start_len == 0 else []
             req.input_token_logprobs = first + req.input_logprobs_acc
             req.input_top_logprobs = ([None] if first else []) + req.input_top_acc
-            req.input_logprobs_acc, req.input_top_acc = [], []
+            req.input_token_ids_logprobs = ([None] if first else []) + req.input_token_ids_acc
+            req.input_logprobs_acc, req.input_top_acc, req.input_token_ids_acc = [], [], []
 
 
 def make_token_output(req: Req) -> ReqTokenOutput:
@@ -123,9 +129,13 @@ def make_token_output(req: Req) -> ReqTokenOutput:
         if not req.input_logprobs_sent and (req.input_token_logprobs is not None or req.finished):
             out.input_token_logprobs = req.input_token_logprobs or []
             out.input_top_logprobs = req.input_top_logprobs or []
+            if req.token_ids_logprob is not None:
+                out.input_token_ids_logprobs = req.input_token_ids_logprobs or []
             req.input_logprobs_sent = True
         out.new_output_token_logprobs = req.output_token_logprobs[start:end]
         out.new_output_top_logprobs = req.output_top_logprobs[start:end]
+        if req.token_ids_logprob is not None:
+            out.new_output_token_ids_logprobs = req.output_token_ids_logprobs[start:end]
     req.sent_len = end
     return out
 

@@ -34,6 +34,7 @@ class Req:
         return_logprob: bool = False,
         logprob_start_len: int = -1,
         top_logprobs_num: int = 0,
+        token_ids_logprob: Optional[list[int]] = None,
         stream: bool = False,
         eos_token_ids: frozenset = frozenset(),
         max_new_tokens: Optional[int] = None,
@@ -78,6 +79,10 @@ class Req:
         self.input_logprobs_sent = False
         self.output_token_logprobs: list = []
         self.output_top_logprobs: list = []
+        self.token_ids_logprob = token_ids_logprob  # SGLang's token_ids_logprob: ids scored at every position
+        self.input_token_ids_logprobs: Optional[list] = None
+        self.input_token_ids_acc: list = []
+        self.output_token_ids_logprobs: list = []
 
         # Sampling and constraints
         self.eos_token_ids = eos_token_ids

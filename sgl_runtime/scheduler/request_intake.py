@@ -27,6 +27,9 @@ def validate_request(msg: TokenizedGenerateReqInput, context_length: int, vocab_
         return f"top_logprobs_num: must be in [0, {vocab_size}], got {msg.top_logprobs_num}"
     if msg.return_logprob and msg.logprob_start_len >= len(ids):
         return f"logprob_start_len: must be < the prompt length ({len(ids)}), got {msg.logprob_start_len}"
+    bad = next((t for t in msg.token_ids_logprob or () if not isinstance(t, int) or not 0 <= t < vocab_size), None)
+    if bad is not None:
+        return f"token_ids_logprob: token id {bad!r} is outside the vocabulary [0, {vocab_size})"
     return None
 
 
@@ -37,8 +40,9 @@ def build_reqs(msg: TokenizedGenerateReqInput, context_length: int, eos_token_id
     return [
         Req(
             msg.rid, msg.input_ids, params, index=i, return_logprob=msg.return_logprob,
-            logprob_start_len=msg.logprob_start_len, top_logprobs_num=msg.top_logprobs_num, stream=msg.stream,
-            eos_token_ids=eos_token_ids, max_new_tokens=max_new, tokenizer=tokenizer,
+            logprob_start_len=msg.logprob_start_len, top_logprobs_num=msg.top_logprobs_num,
+            token_ids_logprob=msg.token_ids_logprob, stream=msg.stream, eos_token_ids=eos_token_ids,
+            max_new_tokens=max_new, tokenizer=tokenizer,
         )
         for i in range(params.n)
     ]

@@ -32,6 +32,7 @@ class SingleRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
+    token_ids_logprob: Optional[list[int]] = None
     return_text_in_logprobs: bool = False
     stream: bool = False
 
@@ -55,6 +56,7 @@ def split_generate_request(obj: GenerateReqInput) -> tuple[list[SingleRequest], 
     _check_bool(obj.stream, "stream")
     _check_bool(obj.return_text_in_logprobs, "return_text_in_logprobs")
     prompts, is_batch = _prompts(obj)
+    token_ids = _token_ids_logprob(obj.token_ids_logprob, len(prompts), is_batch)
     requests = []
     for i, (text, input_ids) in enumerate(prompts):
         values = {name: _pick(getattr(obj, name), i, len(prompts), name, is_batch) for name in PER_REQUEST_FIELDS}
@@ -65,6 +67,7 @@ def split_generate_request(obj: GenerateReqInput) -> tuple[list[SingleRequest], 
             return_logprob=_check_bool(values["return_logprob"], "return_logprob"),
             logprob_start_len=_check_int(values["logprob_start_len"], "logprob_start_len", minimum=-1),
             top_logprobs_num=_check_int(values["top_logprobs_num"], "top_logprobs_num", minimum=0),
+            token_ids_logprob=token_ids[i],
             return_text_in_logprobs=obj.return_text_in_logprobs, stream=obj.stream,
         ))
     return requests, is_batch
@@ -83,6 +86,27 @@ def _prompts(obj: GenerateReqInput) -> tuple[list[tuple[Optional[str], Optional[
     if isinstance(ids, list) and ids and all(isinstance(x, list) for x in ids):
         return [(None, _check_ids(x)) for x in ids], True
     return [(None, _check_ids(ids))], False
+
+
+def _token_ids_logprob(value: Any, count: int, is_batch: bool) -> list[Optional[list[int]]]:
+    """One list of ids (or None) per prompt: SGLang takes one list for all prompts, or one per prompt."""
+    if not value:
+        return [None] * count
+    if not isinstance(value, list):
+        raise InvalidRequestError("token_ids_logprob must be a list of token ids (or, for a batch, one list per prompt)")
+    if not all(isinstance(x, list) for x in value):
+        return [_check_token_ids(value)] * count
+    if not is_batch:
+        raise InvalidRequestError("token_ids_logprob is a list of lists but the request has a single prompt")
+    if len(value) != count:
+        raise InvalidRequestError(f"token_ids_logprob has {len(value)} entries but the batch has {count} prompts")
+    return [_check_token_ids(x) if x else None for x in value]
+
+
+def _check_token_ids(ids: list) -> list[int]:
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise InvalidRequestError("token_ids_logprob must be a list of integer token ids (or one such list per prompt)")
+    return list(ids)
 
 
 def _check_ids(ids: Any) -> list[int]:

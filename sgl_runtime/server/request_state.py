@@ -10,7 +10,8 @@ from typing import Any, Optional
 from sgl_runtime.io_struct import ReqStrOutput, TokenizedGenerateReqInput
 
 LOGPROB_KEYS = ("input_token_logprobs", "input_top_logprobs", "output_token_logprobs", "output_top_logprobs")
-APPENDED_KEYS = ("output_token_logprobs", "output_top_logprobs")
+TOKEN_IDS_KEYS = ("input_token_ids_logprobs", "output_token_ids_logprobs")  # only when token_ids_logprob is set
+APPENDED_KEYS = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
 
 
 @dataclass
@@ -50,7 +51,7 @@ class ReqState:
         for key in self.counts:
             if key in meta:
                 self.counts[key] = meta[key]
-        for key in LOGPROB_KEYS:
+        for key in LOGPROB_KEYS + TOKEN_IDS_KEYS:
             if key in meta:
                 if key in APPENDED_KEYS:
                     self.logprobs.setdefault(key, []).extend(meta[key])
@@ -85,12 +86,15 @@ class ReqState:
             for key in LOGPROB_KEYS:
                 meta[key] = self._logprobs_for_client(key)
             meta["output_token_logprobs_length"] = len(meta["output_token_logprobs"])
+            if self.request.token_ids_logprob is not None:
+                for key in TOKEN_IDS_KEYS:
+                    meta[key] = self._logprobs_for_client(key)
         return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}
 
     def _logprobs_for_client(self, key: str) -> list:
         entries = self.logprobs.get(key, [])
         if self.return_text_in_logprobs:
             return entries
-        if key.endswith("top_logprobs"):
+        if key.endswith(("top_logprobs", "token_ids_logprobs")):
             return [None if pos is None else [[lp, tid, None] for lp, tid, _ in pos] for pos in entries]
         return [[lp, tid, None] for lp, tid, _ in entries]

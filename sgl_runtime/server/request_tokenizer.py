@@ -77,13 +77,20 @@ class RequestTokenizer:
             if not input_ids:
                 raise InvalidRequestError("input_ids: the prompt is empty (0 tokens)")
         self._check_prompt(input_ids, params)
+        self._check_token_ids_logprob(single.token_ids_logprob)
         start = single.logprob_start_len
         return TokenizedGenerateReqInput(
             rid=single.rid, input_text=single.text, input_ids=list(input_ids), sampling_params=params,
             return_logprob=single.return_logprob,
             logprob_start_len=min(start, len(input_ids) - 1) if single.return_logprob else start,
-            top_logprobs_num=single.top_logprobs_num, stream=single.stream,
+            top_logprobs_num=single.top_logprobs_num, token_ids_logprob=single.token_ids_logprob, stream=single.stream,
         )
+
+    def _check_token_ids_logprob(self, token_ids: Optional[list[int]]) -> None:
+        vocab = self.model_info.vocab_size
+        bad = next((t for t in token_ids or () if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(f"token_ids_logprob: token id {bad} is outside the vocabulary [0, {vocab})")
 
     def _check_prompt(self, input_ids: list[int], params: SamplingParams) -> None:
         limit = self.model_info.context_length

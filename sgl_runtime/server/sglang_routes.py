@@ -88,7 +88,7 @@ class IncrementalLogprobs:
     chunk's meta_info carries only the output logprobs new since the previous chunk of its index
     (output_token_logprobs_length stays cumulative), which is how SGLang's frontend merges them."""
 
-    KEYS = ("output_token_logprobs", "output_top_logprobs")
+    KEYS = ("output_token_logprobs", "output_top_logprobs", "output_token_ids_logprobs")
 
     def __init__(self) -> None:
         self.sent: dict[int, int] = {}

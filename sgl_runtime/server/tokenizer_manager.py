@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from typing import Any, AsyncIterator, Optional
 
@@ -224,12 +225,8 @@ def _expand_n(tokenized: TokenizedGenerateReqInput) -> list[TokenizedGenerateReq
     copies = []
     for j in range(params.n):
         seed = None if params.seed is None else params.seed + j
-        copies.append(TokenizedGenerateReqInput(
-            rid=f"{tokenized.rid}-{j}", input_text=tokenized.input_text, input_ids=tokenized.input_ids,
-            sampling_params=params.replace(n=1, seed=seed), return_logprob=tokenized.return_logprob,
-            logprob_start_len=tokenized.logprob_start_len, top_logprobs_num=tokenized.top_logprobs_num,
-            stream=tokenized.stream,
-        ))
+        copies.append(dataclasses.replace(tokenized, rid=f"{tokenized.rid}-{j}",
+                                          sampling_params=params.replace(n=1, seed=seed)))
     return copies
 
 
