@@ -96,10 +96,10 @@ def _default(value):
     return type(value).__name__ if hasattr(value, "__call__") and not isinstance(value, type) else value
 
 
-def test_image_video_and_separate_reasoning_say_not_supported_by_this_runtime():
+def test_image_and_video_say_not_supported_by_this_runtime():
     import sgl_lang as sgl
 
-    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("cat.mp4", 4), lambda: sgl.separate_reasoning()):
+    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("cat.mp4", 4)):
         with pytest.raises(NotImplementedError, match="not supported by this runtime"):
             call()
 
