@@ -19,7 +19,8 @@ from sgl_runtime.constrained.vocabulary import Vocabulary
 # Kinds whose automaton does not depend on the tokenizer: compile_workers.py builds them.
 DFA_KINDS = ("regex", "json_schema", "choices")
 KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag", "gbnf", "lark")  # gbnf/lark: grammar, syntax forced
-_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states"}
+_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states",
+                   "integral_floats"}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
 

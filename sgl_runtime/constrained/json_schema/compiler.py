@@ -34,6 +34,7 @@ from sgl_runtime.constrained.json_schema.arrays import array_dfa
 from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
 from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema.formats import format_content
+from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
 from sgl_runtime.constrained.json_schema.refs import RefResolver
@@ -58,7 +59,7 @@ UNSUPPORTED = ("$recursiveRef",)
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> FSM:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False) -> FSM:
     """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
 
     whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
@@ -66,22 +67,26 @@ def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursi
     max_recursion_depth: how many times a recursive $ref is unrolled along one path.
     max_nesting_depth: free-form values (no structural constraints) nest containers this deep.
     max_work_states: bound on all automaton states built while compiling (bounds compile time).
+    integral_floats: also accept integral values spelled "81.0" (default: plain digits "81" only).
     """
     return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
                                         max_recursion_depth=max_recursion_depth,
-                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states))
+                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states,
+                                        integral_floats=integral_floats))
 
 
 def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> Dfa:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False) -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
-    tokens = _tokens(whitespace)
-    with work_budget(max_work_states):
+    if not isinstance(integral_floats, bool):
+        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
+    with work_budget(max_work_states), numbers.integral_floats(integral_floats):
+        tokens = _tokens(whitespace, integral_floats)
         try:
             compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
             return compiler.compile(schema, 0, NORMAL)
@@ -90,7 +95,8 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
 
 
 @functools.lru_cache(maxsize=16)
-def _tokens(whitespace) -> Tokens:
+def _tokens(whitespace, integral_floats: bool) -> Tokens:
+    """Shared per (whitespace, number spelling): Tokens caches the free-form value automata."""
     return Tokens(whitespace)
 
 
