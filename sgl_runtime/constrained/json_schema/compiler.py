@@ -33,6 +33,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
 from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
 from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
+from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
@@ -85,6 +86,9 @@ def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursi
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
     if not isinstance(integral_floats, bool):
         raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
+    if integral_floats and declared_draft(schema) == "draft-04":
+        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
+    schema = to_latest(schema)
     with work_budget(max_work_states), numbers.integral_floats(integral_floats):
         tokens = _tokens(whitespace, integral_floats)
         try:
