@@ -22,7 +22,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 from sgl_runtime.constrained.regex_selfcheck import SelfCheckError
 
-EXAMPLES = int(os.environ.get("REGEX_EXACT_EXAMPLES", "1500"))
+EXAMPLES = int(os.environ.get("REGEX_EXACT_EXAMPLES", "800"))
 TEXT_ALPHABET = "abA_ \n"
 TEXTS = ["".join(t) for n in range(5) for t in itertools.product(TEXT_ALPHABET, repeat=n)]
 

@@ -7,6 +7,7 @@ what `re` itself does with `re.ASCII`. Nodes come from `re._parser`, the parser 
 
 from __future__ import annotations
 
+import functools
 import re
 from re import _constants as sre
 
@@ -57,11 +58,12 @@ def _class_charset(items, fold: bool) -> Charset:
             result = result | _CATEGORIES[av]
         else:
             raise ConstraintError(f"unsupported regex feature: {op} inside a character class")
-    result = result | _folded(_ranges_charset(ranges), fold)
+    result = result | _folded(_ranges_charset(tuple(ranges)), fold)
     return ~result if negate else result
 
 
-def _ranges_charset(ranges: list[tuple[int, int]]) -> Charset:
+@functools.lru_cache(maxsize=1024)
+def _ranges_charset(ranges: tuple[tuple[int, int], ...]) -> Charset:
     """The union of code-point ranges, stored as itself or as the complement, whichever is small."""
     merged: list[list[int]] = []
     for lo, hi in sorted(ranges):
@@ -82,6 +84,7 @@ def _ranges_charset(ranges: list[tuple[int, int]]) -> Charset:
     return Charset(frozenset(map(chr, gap_chars)), True)
 
 
+@functools.lru_cache(maxsize=1024)
 def _folded(cs: Charset, fold: bool) -> Charset:
     if not fold:
         return cs

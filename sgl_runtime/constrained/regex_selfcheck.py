@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.automata import Charset, Dfa
 
-SAMPLES = 64  # strings of each kind (accepted walk, rejected walk, mutation)
+SAMPLES = 32  # strings of each kind (accepted walk, rejected walk, mutation)
 MAX_LENGTH = 24
 BUDGET_S = 0.25
 SLOW_CALL_S = 0.005  # strings go shortest first; the check stops at the first call this slow
