@@ -61,6 +61,9 @@ class SglSamplingParams:
     grammar: Optional[str] = _param(SAMPLING, (str,), "GBNF or lark grammar text, or a shipped grammar name",
                                     wire="ebnf")
     grammar_syntax: Optional[str] = _param(SAMPLING, (str,), "how to read grammar: 'gbnf' or 'lark' (default: detected)")
+    json_schema_options: Optional[dict] = _param(
+        SAMPLING, (dict,), "json_schema serialisation: whitespace ('compact'/'any'), indent, lenient, key_order "
+        "('properties'/'any'), integral_floats")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -92,6 +95,8 @@ class SglSamplingParams:
             raise ValueError(f"grammar_syntax must be 'gbnf' or 'lark', got {self.grammar_syntax!r}")
         if self.grammar_syntax is not None and self.grammar is None:
             raise ValueError("grammar_syntax is only meaningful with grammar=")
+        if self.json_schema_options is not None and self.json_schema is None:
+            raise ValueError("json_schema_options given without json_schema")
         if self.dtype is not None and _dtype_name(self.dtype) not in _DTYPE_REGEX:
             raise ValueError(f"dtype must be one of int, float, bool, str, got {self.dtype!r}")
 

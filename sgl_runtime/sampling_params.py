@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from sgl_runtime.sglang_fields import SAMPLING_PARAMS, UnsupportedFieldError, strip_sglang_fields
+from sgl_runtime.json_schema_options import JsonSchemaOptions, JsonSchemaSpec
 
 
 class InvalidRequestError(ValueError):
@@ -45,6 +46,7 @@ class SamplingParams:
     grammar_syntax: Optional[str] = None  # how to read ebnf: "gbnf" | "lark" (None: detected)
     choices: Optional[tuple] = None
     structural_tag: Optional[str] = None  # JSON: free text with trigger-activated constrained regions
+    json_schema_options: Optional[JsonSchemaOptions] = None  # how json_schema serialises (json_schema_options.py)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -105,6 +107,11 @@ class SamplingParams:
                 bad("grammar_syntax", "is only meaningful with ebnf (a grammar)")
         if self.choices is not None and (not self.choices or any(not isinstance(c, str) for c in self.choices)):
             bad("choices", "must be a non-empty list of strings")
+        if self.json_schema_options is not None:
+            if not isinstance(self.json_schema_options, JsonSchemaOptions):
+                bad("json_schema_options", f"must be an object, got {self.json_schema_options!r}")
+            if self.json_schema is None:
+                bad("json_schema_options", "given without a json_schema constraint")
 
     @property
     def constraint(self) -> Optional[tuple[str, Any]]:
@@ -112,7 +119,10 @@ class SamplingParams:
         if self.regex is not None:
             return ("regex", self.regex)
         if self.json_schema is not None:
-            return ("json_schema", self.json_schema)
+            options = self.json_schema_options
+            if options is None or not options.compile_options():
+                return ("json_schema", self.json_schema)
+            return ("json_schema", JsonSchemaSpec(self.json_schema, options))
         if self.ebnf is not None:
             return (self.grammar_syntax or "grammar", self.ebnf)
         if self.choices is not None:
@@ -155,6 +165,11 @@ class SamplingParams:
             if not isinstance(params["structural_tag"], dict):
                 raise InvalidRequestError("sampling_params.structural_tag must be an object or a JSON string")
             params["structural_tag"] = json.dumps(params["structural_tag"])
+        if "json_schema_options" in params:
+            try:
+                params["json_schema_options"] = JsonSchemaOptions.from_dict(params["json_schema_options"])
+            except (TypeError, ValueError) as exc:
+                raise InvalidRequestError(f"sampling_params.json_schema_options: {exc}") from None
         for name in ("max_new_tokens", "min_new_tokens", "top_k", "n"):
             if isinstance(params.get(name), float) and float(params[name]).is_integer():
                 params[name] = int(params[name])

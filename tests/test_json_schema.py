@@ -91,7 +91,7 @@ def _expected(schema, instance) -> bool:
 
 @pytest.mark.parametrize("schema,instances", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
 def test_keyword_examples_agree_with_jsonschema(schema, instances):
-    dfa = schema_to_dfa(schema)
+    dfa = schema_to_dfa(schema, integral_floats=True)
     for instance in instances:
         text = compact_json(instance, schema)
         assert dfa.accepts(text) == _expected(schema, instance), (schema, text)
@@ -334,7 +334,7 @@ def test_bounded_numbers_have_finite_languages(schema):
 
 def test_unbounded_types_are_infinite_only_through_new_digits():
     assert _has_useful_cycle(schema_to_dfa({"type": "integer"}))
-    dfa = schema_to_dfa({"type": "integer", "minimum": 0})
+    dfa = schema_to_dfa({"type": "integer", "minimum": 0}, integral_floats=True)
     assert dfa.accepts("1.0") and not dfa.accepts("1.00") and not dfa.accepts("1.000000")
 
 
@@ -344,7 +344,7 @@ def test_unbounded_types_are_infinite_only_through_new_digits():
     {"type": "number", "multipleOf": 0.5},
 ])
 def test_each_number_value_has_one_spelling(schema):
-    dfa = schema_to_dfa(schema)
+    dfa = schema_to_dfa(schema, integral_floats=True)
     for bad in ["1.00", "-0.000", "-0.0", "-0", "01", "1.50", "00", "-05", "0.0000000000", "1.", "1e0"]:
         assert not dfa.accepts(bad), (schema, bad)
     expected = {"0": True, "-5": True, "1.5": True, "1.0": True, "0.0": True}
@@ -353,16 +353,16 @@ def test_each_number_value_has_one_spelling(schema):
 
 
 def test_number_fractions_are_bounded_but_fit_every_float_repr():
-    dfa = schema_to_dfa({"type": "number"})
+    dfa = schema_to_dfa({"type": "number"}, integral_floats=True)
     for value in [0.1 + 0.2, 0.00012345678901234567, 1 / 3, -2 / 7, 123456.789, 9007199254740992.0]:
         assert dfa.accepts(json.dumps(value)), value
     assert not dfa.accepts("0." + "1" * 21)
 
 
 def test_numeric_const_spellings_follow_json_dumps():
-    dfa = schema_to_dfa({"const": -2.0})
+    dfa = schema_to_dfa({"const": -2.0}, integral_floats=True)
     assert dfa.accepts("-2") and dfa.accepts("-2.0") and not dfa.accepts("-2.00")
-    dfa = schema_to_dfa({"enum": [0, 2.5]})
+    dfa = schema_to_dfa({"enum": [0, 2.5]}, integral_floats=True)
     assert dfa.accepts("0") and dfa.accepts("0.0") and dfa.accepts("2.5")
     assert not any(dfa.accepts(t) for t in ["-0", "-0.0", "0.00", "2.50"])
 
@@ -378,3 +378,16 @@ def test_compile_constraint_passes_schema_budget_options():
     constraint = compile_constraint("json_schema", {"type": "integer", "minimum": 0, "maximum": 99}, tok,
                                     max_nesting_depth=1, max_work_states=10_000)
     assert constraint.matcher() is not None
+
+
+@pytest.mark.parametrize("schema", [{"type": "integer"}, {"type": "number"}, {"type": "integer", "minimum": 3},
+                                    {"type": "integer", "multipleOf": 7}, {"const": 81.0}, {"enum": [1.0, 2]}, {}])
+def test_integral_values_are_plain_digits_by_default(schema):
+    """Generated integers parse as ints (SGLang/XGrammar/llguidance emit digits); the ".0" spelling
+    only with integral_floats=True. Both languages stay exact on everything they accept."""
+    strict, loose = schema_to_dfa(schema), schema_to_dfa(schema, integral_floats=True)
+    for value in [0, 3, 7, 14, 81, 2, 1, -5]:
+        assert strict.accepts(json.dumps(float(value))) is False, (schema, value)
+        assert strict.accepts(json.dumps(value)) == loose.accepts(json.dumps(value)) == is_valid(schema, value)
+        assert loose.accepts(json.dumps(float(value))) == is_valid(schema, float(value))
+    assert strict.accepts("1.5") == is_valid(schema, 1.5)

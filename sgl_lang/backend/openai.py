@@ -132,6 +132,8 @@ class OpenAI(BaseBackend):
         if params.json_schema is not None:
             schema = json.loads(params.json_schema) if isinstance(params.json_schema, str) else params.json_schema
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+            if params.json_schema_options is not None:  # an extension field our server reads
+                kwargs["response_format"]["json_schema_options"] = params.json_schema_options
         if params.return_logprob:
             kwargs["logprobs"] = True if self.is_chat_model else (params.top_logprobs_num or 0)
         if extra:

@@ -5,8 +5,8 @@ Offers (stable interface, used by the token index and the lark grammar engine):
 - `ByteDFA(transitions, initial, accepting)`: `transitions` int32 [n_states, 256] (-1 = dead),
   `accepting` bool [n_states]. States are numbered 0..n-1; every state can reach an accepting
   state (dead states pruned), except possibly `initial` when the language is empty.
-- `ByteDFA.from_regex(pattern, max_states=...)`: Python `re` syntax via interegular (classes,
-  quantifiers incl. {m,n}, alternation, groups, escapes, Unicode), matching the whole text.
+- `ByteDFA.from_regex(pattern, max_states=...)`: Python `re` syntax matching the whole text,
+  compiled exactly or refused by `regex_automaton` (lookaround, anchors, `\\b`, flags included).
 - `ByteDFA.from_fsm(fsm, max_states=...)`: an `interegular.fsm.FSM` over characters (incl.
   `anything_else`) expanded to UTF-8 bytes (only valid UTF-8 is accepted), then minimised.
 - `ByteDFA.from_strings(strings)`: exactly these strings (a minimised trie).
@@ -17,14 +17,13 @@ Past `max_states` (or a malformed pattern) `ConstraintError` is raised naming th
 
 from __future__ import annotations
 
-import re
-from typing import Union
-
 import interegular
 import numpy as np
 from interegular.fsm import anything_else
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.automata import to_interegular
+from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 from sgl_runtime.constrained.utf8_expansion import Utf8Expander
 
 DEFAULT_MAX_STATES = 200_000
@@ -42,22 +41,13 @@ class ByteDFA:
     # ---- construction ---------------------------------------------------------------------
 
     @classmethod
-    def from_regex(cls, pattern: str, max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
-        """The minimal byte DFA of strings that fully match `pattern` (Python `re` syntax)."""
-        if not isinstance(pattern, str):
-            raise ConstraintError(f"regex must be a string, got {type(pattern).__name__}")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
-        try:
-            fsm = interegular.parse_pattern(_unicode_escapes_to_literals(pattern)).to_fsm()
-        except (interegular.Unsupported, interegular.InvalidSyntax, NotImplementedError, ValueError) as exc:
-            raise ConstraintError(f"unsupported regex {pattern!r}: {exc or type(exc).__name__}") from None
-        return cls.from_fsm(fsm, max_states=max_states)
+    def from_regex(cls, pattern: str, max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
+        """The minimal byte DFA of strings that fully match `pattern` (Python `re` syntax, ASCII
+        shorthand classes), exact or refused; see `regex_automaton`."""
+        return cls.from_fsm(to_interegular(regex_to_dfa(pattern)), max_states=max_states)
 
     @classmethod
-    def from_fsm(cls, fsm: "interegular.fsm.FSM", max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
+    def from_fsm(cls, fsm: interegular.fsm.FSM, max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
         """UTF-8 expansion of a character FSM (incl. `anything_else`), minimised and pruned."""
         if len(fsm.states) > max_states:
             raise ConstraintError(f"constraint too large: {len(fsm.states)} character states > {max_states}")
@@ -71,7 +61,7 @@ class ByteDFA:
         return dfa._pruned()._minimised()
 
     @classmethod
-    def from_strings(cls, strings: list[str], max_states: int = DEFAULT_MAX_STATES) -> "ByteDFA":
+    def from_strings(cls, strings: list[str], max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
         """The minimal byte DFA accepting exactly `strings` (a trie, then minimised)."""
         rows: list[np.ndarray] = [np.full(256, -1, dtype=np.int32)]
         accepting = [False]
@@ -103,7 +93,7 @@ class ByteDFA:
             state = int(table[state, b])
         return state
 
-    def accepts(self, data: Union[bytes, str]) -> bool:
+    def accepts(self, data: bytes | str) -> bool:
         if isinstance(data, str):
             try:
                 data = data.encode("utf-8")
@@ -122,7 +112,7 @@ class ByteDFA:
 
     # ---- private: pruning and minimisation -----------------------------------------------
 
-    def _pruned(self) -> "ByteDFA":
+    def _pruned(self) -> ByteDFA:
         """Drop states unreachable from `initial` or unable to reach an accepting state."""
         n = self.n_states
         reach = _closure(np.array([self.initial]), self.transitions, n)
@@ -133,13 +123,13 @@ class ByteDFA:
         keep[self.initial] = True
         return self._renumbered(np.nonzero(keep)[0])
 
-    def _renumbered(self, kept: np.ndarray) -> "ByteDFA":
+    def _renumbered(self, kept: np.ndarray) -> ByteDFA:
         new_id = np.full(self.n_states + 1, -1, dtype=np.int32)
         new_id[kept] = np.arange(len(kept), dtype=np.int32)
         table = new_id[self.transitions[kept]]  # -1 maps through new_id[-1] == -1
         return ByteDFA(table, int(new_id[self.initial]), self.accepting[kept])
 
-    def _minimised(self) -> "ByteDFA":
+    def _minimised(self) -> ByteDFA:
         """Moore partition refinement over byte classes, signatures hashed to 64 bits and the
         result verified exactly. Past MAX_MOORE_ROUNDS (long chains of forced text) the pruned
         DFA is kept as is: correct, just not minimal (schema FSMs arrive minimal already)."""
@@ -169,21 +159,6 @@ class ByteDFA:
             return self
         merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
         return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
-
-
-_UNICODE_ESCAPE = re.compile(r"(\\\\)|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
-
-
-def _unicode_escapes_to_literals(pattern: str) -> str:
-    """\\uXXXX and \\UXXXXXXXX (which interegular lacks) as the characters they name."""
-
-    def literal(match: "re.Match[str]") -> str:
-        if match.group(1):
-            return match.group(1)
-        char = chr(int(match.group(2) or match.group(3), 16))
-        return re.escape(char) if char.isprintable() or char in "\t\n" else char
-
-    return _UNICODE_ESCAPE.sub(literal, pattern)
 
 
 def _closure(start: np.ndarray, table: np.ndarray, n: int) -> np.ndarray:
@@ -218,7 +193,7 @@ def _reverse_closure(finals: np.ndarray, src: np.ndarray, dst: np.ndarray, n: in
     return seen
 
 
-def _code_point_partition(fsm: "interegular.fsm.FSM") -> tuple[np.ndarray, np.ndarray, int]:
+def _code_point_partition(fsm: interegular.fsm.FSM) -> tuple[np.ndarray, np.ndarray, int]:
     """Code-point segments (sorted starts) and each segment's alphabet symbol; symbol
     `dead` for code points with no symbol (no anything_else) and for surrogates."""
     alphabet = fsm.alphabet

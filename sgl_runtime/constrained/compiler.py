@@ -15,11 +15,13 @@ from sgl_runtime.constrained.byte_dfa import DEFAULT_MAX_STATES, ByteDFA
 from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.vocabulary import Vocabulary
+from sgl_runtime.json_schema_options import JsonSchemaSpec
 
 # Kinds whose automaton does not depend on the tokenizer: compile_workers.py builds them.
 DFA_KINDS = ("regex", "json_schema", "choices")
 KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag", "gbnf", "lark")  # gbnf/lark: grammar, syntax forced
-_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states"}
+_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states",
+                   "integral_floats", "indent", "key_order"}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
 
@@ -56,6 +58,9 @@ def build_dfa(kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
         _no_options(kind, options)
         dfa, description = ByteDFA.from_strings(_check_choices(spec), max_states=max_states), f"choices:{spec}"
     elif kind == "json_schema":
+        if isinstance(spec, JsonSchemaSpec):  # a request's json_schema with its json_schema_options
+            options = {**spec.options.compile_options(), **options}
+            spec = spec.schema
         dfa, description = _schema_dfa(spec, options, max_states), "json_schema"
     else:
         raise ConstraintError(f"{kind} constraints have no DFA")

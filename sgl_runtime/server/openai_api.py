@@ -33,8 +33,8 @@ SGLANG_TABLES = {"CompletionRequest": COMPLETION_REQUEST, "ChatCompletionRequest
 RENAMED = {"min_tokens": "min_new_tokens"}
 PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
                   "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-                  "no_stop_trim", "regex", "json_schema", "ebnf", "grammar", "grammar_syntax", "choices", "stop", "stop_regex",
-                  "logit_bias")
+                  "no_stop_trim", "regex", "json_schema", "json_schema_options", "ebnf", "grammar", "grammar_syntax",
+                  "choices", "stop", "stop_regex", "logit_bias")
 
 
 def build_openai_router(tokenizer_manager, model_name: str, context_length: int) -> APIRouter:
@@ -125,7 +125,10 @@ def sampling_params(body: _SamplingFields, max_new_tokens: int) -> dict[str, Any
         value = getattr(body, name)
         if value is not None:
             params[RENAMED.get(name, name)] = value
-    params.update(response_format_params(body.response_format))
+    from_format = response_format_params(body.response_format)
+    if "json_schema_options" in params and "json_schema_options" in from_format:
+        raise InvalidRequestError("give json_schema_options either in response_format or beside it, not both")
+    params.update(from_format)
     constraints = [k for k in ("regex", "json_schema", "ebnf", "grammar", "choices") if k in params]
     if len(constraints) > 1:
         raise InvalidRequestError(f"only one constraint may be given, got {', '.join(constraints)}")
@@ -135,11 +138,12 @@ def sampling_params(body: _SamplingFields, max_new_tokens: int) -> dict[str, Any
 def response_format_params(fmt: Optional[ResponseFormat]) -> dict[str, Any]:
     if fmt is None or fmt.type == "text":
         return {}
+    options = {} if fmt.json_schema_options is None else {"json_schema_options": fmt.json_schema_options}
     if fmt.type == "json_object":
-        return {"json_schema": json.dumps(JSON_OBJECT_SCHEMA)}
+        return {"json_schema": json.dumps(JSON_OBJECT_SCHEMA), **options}
     if fmt.json_schema is None or fmt.json_schema.schema_ is None:
         raise InvalidRequestError("response_format.json_schema.schema is required for type json_schema")
-    return {"json_schema": json.dumps(fmt.json_schema.schema_)}
+    return {"json_schema": json.dumps(fmt.json_schema.schema_), **options}
 
 
 def body_prompt_list(prompt: Any) -> list:

@@ -31,6 +31,7 @@ class JsonSchemaFormat(_Strict):
 class ResponseFormat(_Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: Optional[JsonSchemaFormat] = None
+    json_schema_options: Optional[dict] = None  # extension: sgl_runtime/json_schema_options.py
 
 
 class _SamplingFields(_Strict):
@@ -61,6 +62,7 @@ class _SamplingFields(_Strict):
     no_stop_trim: Optional[bool] = None
     regex: Optional[str] = None
     json_schema: Optional[Union[dict, bool, str]] = None
+    json_schema_options: Optional[dict] = None
     ebnf: Optional[str] = None
     grammar: Optional[str] = None
     grammar_syntax: Optional[str] = None  # "gbnf" | "lark" (None: detected)

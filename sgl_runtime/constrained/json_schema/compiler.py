@@ -33,7 +33,9 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
 from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
 from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
+from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
+from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
 from sgl_runtime.constrained.json_schema.refs import RefResolver
@@ -58,7 +60,8 @@ UNSUPPORTED = ("$recursiveRef",)
 
 
 def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> FSM:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False,
+                  indent: int | None = None, key_order: str = "properties") -> FSM:
     """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
 
     whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
@@ -66,32 +69,45 @@ def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursi
     max_recursion_depth: how many times a recursive $ref is unrolled along one path.
     max_nesting_depth: free-form values (no structural constraints) nest containers this deep.
     max_work_states: bound on all automaton states built while compiling (bounds compile time).
+    integral_floats: also accept integral values spelled "81.0" (default: plain digits "81" only).
+    indent: N gives the json.dumps(indent=N) shape (newlines, multiples of N spaces, ": ").
+    key_order: "properties" (declared keys in the schema's order) or "any".
     """
     return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
                                         max_recursion_depth=max_recursion_depth,
-                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states))
+                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states,
+                                        integral_floats=integral_floats, indent=indent, key_order=key_order))
 
 
 def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000) -> Dfa:
+                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False,
+                  indent: int | None = None, key_order: str = "properties") -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
-    tokens = _tokens(whitespace)
-    with work_budget(max_work_states):
+    if not isinstance(integral_floats, bool):
+        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
+    if integral_floats and declared_draft(schema) == "draft-04":
+        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
+    if key_order not in ("properties", "any"):
+        raise ConstraintError(f"key_order: expected 'properties' or 'any', got {key_order!r}")
+    schema = to_latest(schema)
+    with work_budget(max_work_states), numbers.integral_floats(integral_floats):
+        tokens = _tokens(whitespace, indent, integral_floats)
         try:
             compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
-            return compiler.compile(schema, 0, NORMAL)
+            return compiler.compile(schema, 0, NORMAL if key_order == "properties" else FREE_ORDER)
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None
 
 
 @functools.lru_cache(maxsize=16)
-def _tokens(whitespace) -> Tokens:
-    return Tokens(whitespace)
+def _tokens(whitespace, indent, integral_floats: bool) -> Tokens:
+    """Shared per (whitespace, indent, number spelling): Tokens caches the free-form value automata."""
+    return Tokens(whitespace, indent)
 
 
 class _Compiler:

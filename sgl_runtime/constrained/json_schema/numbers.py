@@ -2,8 +2,10 @@
 
 Each numeric value is accepted only as `json.dumps` spells the Python int or float holding it,
 in plain decimal notation (no exponent): integer digits without leading zeros ("0", "-5"),
-an integral float with one zero fraction ("1.0", the integer 1 as JSON Schema says), any
-other fraction without trailing zeros ("1.5", never "1.50"). Zero is never negative ("-0",
+any fraction without trailing zeros ("1.5", never "1.50"). An integral value is plain digits
+("81", so `json.loads` gives an int, as SGLang/XGrammar/llguidance emit); inside
+`integral_floats(True)` its float spelling with one zero fraction ("81.0", the integer 81 as
+JSON Schema says) is accepted too. Zero is never negative ("-0",
 "-0.0" are rejected) and a fraction has at most MAX_FRACTION_DIGITS digits (every plain float
 repr fits), so a bounded range is a finite language and a model cannot loop on digits that
 do not change the value. Free-form values use the same numbers, so complements (`not`) agree.
@@ -13,6 +15,8 @@ Bounds and multiples are decided exactly on the digits over a broader internal l
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from decimal import Decimal, InvalidOperation
 
@@ -30,6 +34,20 @@ _NONZERO_RE = r"(0\.[0-9]{0,%d}[1-9]|[1-9][0-9]*(%s)?)" % (MAX_FRACTION_DIGITS -
 NUMBER_RE = r"(0|[1-9][0-9]*)(%s)?|-%s" % (_FRACTION_RE, _NONZERO_RE)  # one spelling per value
 BROAD_NONNEG_RE = r"(0|[1-9][0-9]*)(\.[0-9]+)?"  # any digits; only inside bound computations
 ZERO_RE = r"0(\.0+)?"
+_FRACTION_DIGITS_RE = r"\.[0-9]{0,%d}[1-9]" % (MAX_FRACTION_DIGITS - 1)
+NUMBER_DIGITS_RE = r"(0|[1-9][0-9]*)(%s)?|-(0%s|[1-9][0-9]*(%s)?)" % (  # integral values as digits only
+    _FRACTION_DIGITS_RE, _FRACTION_DIGITS_RE, _FRACTION_DIGITS_RE)
+_INTEGRAL_FLOATS: contextvars.ContextVar = contextvars.ContextVar("json_schema_integral_floats", default=False)
+
+
+@contextlib.contextmanager
+def integral_floats(allowed: bool):
+    """Within this context, integral values may also be spelled with one zero fraction ("1.0")."""
+    token = _INTEGRAL_FLOATS.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _INTEGRAL_FLOATS.reset(token)
 
 
 @functools.lru_cache(maxsize=512)
@@ -39,13 +57,18 @@ def rx(pattern: str) -> Dfa:
 
 
 def number_universe() -> Dfa:
-    """The single spelling of every number; also the numbers of free-form values, so `not` stays sound."""
+    """The spellings of every number; also the numbers of free-form values, so `not` stays sound."""
+    return rx(NUMBER_RE) if _INTEGRAL_FLOATS.get() else rx(NUMBER_DIGITS_RE)
+
+
+def _all_spellings() -> Dfa:
+    """Both spellings of integral values: what the cached bound automata are cut down to."""
     return rx(NUMBER_RE)
 
 
 def integer_universe() -> Dfa:
-    """Integer values: plain digits, or the integral float spelling with one ".0"."""
-    return rx(r"0(\.0)?|-?[1-9][0-9]*(\.0)?")
+    """Integer values: plain digits (or also the integral float spelling with one ".0")."""
+    return rx(r"0(\.0)?|-?[1-9][0-9]*(\.0)?") if _INTEGRAL_FLOATS.get() else rx(r"0|-?[1-9][0-9]*")
 
 
 def to_decimal(value, keyword: str) -> Decimal:
@@ -108,7 +131,7 @@ def _neg(dfa: Dfa) -> Dfa:
 @functools.lru_cache(maxsize=256)
 def greater_than(c: Decimal, inclusive: bool) -> Dfa:
     """Canonical numbers x with x > c (x >= c when inclusive)."""
-    return intersect(number_universe(), _broad_greater_than(c, inclusive))
+    return intersect(_all_spellings(), _broad_greater_than(c, inclusive))
 
 
 def _broad_greater_than(c: Decimal, inclusive: bool) -> Dfa:
@@ -124,7 +147,7 @@ def _broad_greater_than(c: Decimal, inclusive: bool) -> Dfa:
 
 def less_than(c: Decimal, inclusive: bool) -> Dfa:
     """Canonical numbers x with x < c (x <= c when inclusive)."""
-    return difference(number_universe(), greater_than(c, not inclusive))
+    return difference(_all_spellings(), greater_than(c, not inclusive))
 
 
 @functools.lru_cache(maxsize=256)
@@ -137,7 +160,7 @@ def multiple_of(k: Decimal) -> Dfa:
     modulus = int(k * (Decimal(10) ** scale))
     if modulus * (scale + 2) > MAX_MODULUS_STATES:
         raise ConstraintError(f"multipleOf: {k} needs too many states (modulus {modulus})")
-    return intersect(number_universe(), _modulo_dfa(modulus, scale))
+    return intersect(_all_spellings(), _modulo_dfa(modulus, scale))
 
 
 def _modulo_dfa(modulus: int, scale: int) -> Dfa:
@@ -194,10 +217,12 @@ def number_dfa(integer: bool, schema: dict) -> Dfa:
 
 
 def number_literal_dfa(value) -> Dfa:
-    """The spellings of the numeric value `value`: "1" and "1.0" for one, "1.5" for 1.5."""
+    """The spellings of the numeric value `value`: "1" (and "1.0" with integral floats) for one, "1.5" for 1.5."""
     dec = to_decimal(value, "const/enum")
     whole, frac = _split(abs(dec))
     sign = "-" if dec < 0 else ""
     if frac:
         return literal(f"{sign}{whole}.{frac}")
+    if not _INTEGRAL_FLOATS.get():
+        return literal(sign + whole)
     return union(literal(sign + whole), literal(f"{sign}{whole}.0"))

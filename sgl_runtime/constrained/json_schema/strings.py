@@ -12,11 +12,18 @@ import functools
 import json
 import re
 
-import interegular
-
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import ANY_CHAR, EMPTY, Charset, Dfa, charset, from_interegular, literal, minimize
-from sgl_runtime.constrained.json_schema.ops import concat, intersect, union
+from sgl_runtime.constrained.json_schema.automata import (
+    ANY_CHAR,
+    EMPTY,
+    Charset,
+    Dfa,
+    charset,
+    literal,
+    minimize,
+)
+from sgl_runtime.constrained.json_schema.ops import intersect, union
+from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 SPECIAL = frozenset(_SHORT_ESCAPES) | frozenset(chr(i) for i in range(0x20))
@@ -99,67 +106,20 @@ def _add_trie(edges: list[list], root: int, words: dict) -> None:
 
 @functools.lru_cache(maxsize=256)
 def pattern_content(pattern: str) -> Dfa:
-    """Decoded strings in which the ECMA-262 regex `pattern` finds a match (unanchored search)."""
-    alternatives = _split_top_level(pattern)
-    parts = []
-    for alt in alternatives:
-        anchored_start = alt.startswith("^")
-        anchored_end = alt.endswith("$") and not _escaped_at(alt, len(alt) - 1)
-        body = alt[1 if anchored_start else 0: len(alt) - 1 if anchored_end else len(alt)]
-        inner = _regex_content(_ecma_to_python(body))
-        prefix = "" if anchored_start else ".*"
-        suffix = "" if anchored_end else ".*"
-        if prefix or suffix:
-            pieces = ([any_content()] if prefix else []) + [inner] + ([any_content()] if suffix else [])
-            inner = concat(*pieces)
-        parts.append(inner)
-    return union(*parts)
-
-
-def _regex_content(python_regex: str) -> Dfa:
+    """Decoded strings in which the ECMA-262 regex `pattern` finds a match (unanchored search),
+    exact or refused (lookaround, `^`, `$`, `\\b` included; see `regex_automaton`)."""
+    if not isinstance(pattern, str):
+        raise ConstraintError(f"pattern must be a string, got {type(pattern).__name__}")
     try:
-        re.compile(python_regex)
-        fsm = interegular.parse_pattern(python_regex).to_fsm()
-    except (re.error, interegular.patterns.InvalidSyntax) as exc:
-        raise ConstraintError(f"pattern: invalid regex {python_regex!r}: {exc}") from None
-    except (interegular.patterns.Unsupported, NotImplementedError, ValueError) as exc:
-        raise ConstraintError(f"pattern: unsupported regex feature in {python_regex!r}: {exc}") from None
-    return from_interegular(fsm)
-
-
-def _escaped_at(text: str, i: int) -> bool:
-    backslashes = 0
-    while i - 1 - backslashes >= 0 and text[i - 1 - backslashes] == "\\":
-        backslashes += 1
-    return backslashes % 2 == 1
-
-
-def _split_top_level(pattern: str) -> list[str]:
-    """Splits at '|' outside groups and classes."""
-    parts, depth, in_class, start, i = [], 0, False, 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    parts.append(pattern[start:])
-    return parts
+        return regex_to_dfa(_ecma_to_python(pattern), search=True)
+    except ConstraintError as exc:
+        raise ConstraintError(f"pattern: {exc}") from None
 
 
 def _ecma_to_python(pattern: str) -> str:
-    """Rewrites ECMA-only syntax (\\uXXXX, '.', \\s) into the interegular-supported subset."""
+    """Rewrites ECMA-262 syntax into the Python regex with the same meaning: `\\uXXXX`, `.`, `\\s`
+    and `\\S` (Unicode blanks), `$` (end of input only: `\\Z`), `\\B` (which, unlike Python's, also
+    holds in the empty string), named groups `(?<name>...)`."""
     out, in_class, i = [], False, 0
     while i < len(pattern):
         c = pattern[i]
@@ -169,9 +129,9 @@ def _ecma_to_python(pattern: str) -> str:
                 out.append(re.escape(chr(int(pattern[i + 2: i + 6], 16))))
                 i += 6
                 continue
-            if nxt in "bB" and not in_class:
-                raise ConstraintError("pattern: word boundaries (\\b, \\B) are not supported")
-            if nxt == "s":
+            if nxt == "B" and not in_class:
+                out.append(r"(?:\B|\A\Z)")
+            elif nxt == "s":
                 out.append(re.escape(_ECMA_SPACE) if in_class else "[" + re.escape(_ECMA_SPACE) + "]")
             elif nxt == "S":
                 if in_class:
@@ -195,8 +155,12 @@ def _ecma_to_python(pattern: str) -> str:
             out.append(c)
         elif c == ".":
             out.append(_ECMA_DOT)
-        elif c in "^$":
-            raise ConstraintError(f"pattern: anchor {c!r} inside the pattern is not supported")
+        elif c == "$":
+            out.append(r"\Z")
+        elif c == "(" and pattern[i + 1: i + 3] == "?<" and pattern[i + 3: i + 4] not in ("=", "!"):
+            out.append("(?P<")
+            i += 3
+            continue
         else:
             out.append(c)
         i += 1

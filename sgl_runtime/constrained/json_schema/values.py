@@ -56,19 +56,28 @@ def _has_cycle(dfa: Dfa) -> bool:
     return visit(0)
 
 
+MAX_INDENT_LEVELS = 8
+
+
 class Tokens:
     """Punctuation DFAs (`{`, `}`, `[`, `]`, `,`, `:`) with the configured whitespace around them."""
 
-    def __init__(self, whitespace=None):
-        self.ws = whitespace_dfa(whitespace)
+    def __init__(self, whitespace=None, indent: int | None = None):
+        """indent=N: a newline and up to MAX_INDENT_LEVELS multiples of N spaces after `{ [ ,`
+        and before `} ]`, and ": " after keys (the json.dumps(indent=N) shape, depth not enforced)."""
+        if indent is not None and whitespace is not None:
+            raise ConstraintError("give either whitespace or indent, not both")
+        if indent is not None and (isinstance(indent, bool) or not isinstance(indent, int) or indent < 0):
+            raise ConstraintError(f"indent: expected an integer >= 0, got {indent!r}")
+        self.ws = whitespace_dfa(whitespace) if indent is None else rx("(\n( {%d}){0,%d})?" % (indent, MAX_INDENT_LEVELS))
         self._any: dict[int, Dfa] = {}
         ws = [self.ws] if self.ws is not None else []
         self.lbrace = concat(literal("{"), *ws)
         self.rbrace = concat(*ws, literal("}"))
         self.lbracket = concat(literal("["), *ws)
         self.rbracket = concat(*ws, literal("]"))
-        self.comma = concat(*ws, literal(","), *ws)
-        self.colon = concat(*ws, literal(":"), *ws)
+        self.comma = concat(*ws, literal(","), *ws) if indent is None else concat(literal(","), *ws)
+        self.colon = concat(*ws, literal(":"), *ws) if indent is None else literal(": ")
 
     def array(self, elements: Dfa, lo: int = 0, hi: int | None = None) -> Dfa:
         body = repeat(elements, lo, hi, sep=self.comma)

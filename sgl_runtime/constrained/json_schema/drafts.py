@@ -1,0 +1,115 @@
+"""A schema of the draft its `$schema` declares (04, 06, 07, 2019-09, 2020-12), rewritten into the
+draft 2020-12 schema with the same meaning, which is what the compiler reads.
+
+Per draft, as jsonschema's validator for that draft reads it (its keyword table is the source
+of truth for which keywords a draft has):
+- `dependencies` (04-07): array values become `dependentRequired`, schema values `dependentSchemas`;
+- array `items` with `additionalItems` (04-2019-09) become `prefixItems` and `items`;
+- draft-04 `id` becomes `$id` (or `$anchor` for a bare fragment), and its boolean
+  `exclusiveMinimum` / `exclusiveMaximum` the numeric keywords of later drafts;
+- `$ref` (04-07) ignores its siblings, so they are dropped;
+- keywords a declared draft does not have (e.g. `prefixItems` or `dependentRequired` in draft-07)
+  are dropped, since that draft's validators ignore them.
+Schemas without `$schema` are read as 2020-12; an unknown `$schema` is refused.
+"""
+
+from __future__ import annotations
+
+from jsonschema import validators
+
+from sgl_runtime.constrained.errors import ConstraintError
+
+DRAFTS = {
+    "draft-04": validators.Draft4Validator, "draft-06": validators.Draft6Validator,
+    "draft-07": validators.Draft7Validator, "2019-09": validators.Draft201909Validator,
+    "2020-12": validators.Draft202012Validator,
+}
+_LATEST = set(validators.Draft202012Validator.VALIDATORS)
+_SINGLE = ("not", "if", "then", "else", "additionalProperties", "additionalItems", "items", "contains",
+           "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_LISTS = ("allOf", "anyOf", "oneOf", "items", "prefixItems")
+_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
+
+
+def declared_draft(schema) -> str:
+    """The draft named by the root's `$schema` ("2020-12" when absent)."""
+    uri = schema.get("$schema") if isinstance(schema, dict) else None
+    if uri is None:
+        return "2020-12"
+    if isinstance(uri, str):
+        for name in DRAFTS:
+            if name in uri:
+                return name
+    raise ConstraintError(f"$schema: unsupported draft {uri!r} (supported: draft-04, -06, -07, 2019-09, 2020-12)")
+
+
+def to_latest(schema):
+    """`schema` (of its declared draft) as the equivalent draft 2020-12 schema."""
+    draft = declared_draft(schema)
+    if draft == "2020-12":
+        return schema
+    return _rewrite(schema, draft, set(DRAFTS[draft].VALIDATORS))
+
+
+def _rewrite(node, draft: str, keywords: set):
+    if not isinstance(node, dict):
+        return node
+    kept = keywords | ({"exclusiveMinimum", "exclusiveMaximum"} if draft == "draft-04" else set())
+    out = {k: v for k, v in node.items() if k not in _LATEST or k in kept}
+    if "dependencies" not in keywords:
+        out.pop("dependencies", None)  # 2019-09 split it into dependentRequired / dependentSchemas
+    if "$ref" in out and draft in ("draft-04", "draft-06", "draft-07"):
+        out = {k: v for k, v in out.items() if k in ("$ref", "definitions", "$defs")}
+    for key in _SINGLE:
+        if key in out and isinstance(out[key], (dict, bool)):
+            out[key] = _rewrite(out[key], draft, keywords)
+    for key in _LISTS:
+        if key in out and isinstance(out[key], list):
+            out[key] = [_rewrite(s, draft, keywords) for s in out[key]]
+    for key in _MAPS:
+        if key in out and isinstance(out[key], dict):
+            out[key] = {k: _rewrite(s, draft, keywords) for k, s in out[key].items()}
+    _tuple_items(out)
+    _dependencies(out)
+    if draft == "draft-04":
+        _draft4(out)
+    if isinstance(out.get("$id"), str) and out["$id"].startswith("#"):
+        out["$anchor"] = out.pop("$id")[1:]
+    return out
+
+
+def _tuple_items(schema: dict) -> None:
+    items = schema.get("items")
+    if isinstance(items, list):
+        schema["prefixItems"] = schema.pop("items")
+        if "additionalItems" in schema:
+            schema["items"] = schema.pop("additionalItems")
+    else:
+        schema.pop("additionalItems", None)  # meaningless without array items
+
+
+def _dependencies(schema: dict) -> None:
+    deps = schema.pop("dependencies", None)
+    if deps is None:
+        return
+    if not isinstance(deps, dict):
+        raise ConstraintError("dependencies: expected an object")
+    required = {k: v for k, v in deps.items() if isinstance(v, list)}
+    schemas = {k: v for k, v in deps.items() if not isinstance(v, list)}
+    if required:
+        schema["dependentRequired"] = {**schema.get("dependentRequired", {}), **required}
+    if schemas:
+        schema["dependentSchemas"] = {**schema.get("dependentSchemas", {}), **schemas}
+
+
+def _draft4(schema: dict) -> None:
+    if isinstance(schema.get("id"), str):
+        schema["$id"] = schema.pop("id")
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        flag = schema.pop(exclusive, None)
+        if flag is None:
+            continue
+        if not isinstance(flag, bool):
+            raise ConstraintError(f"{exclusive}: draft-04 expects a boolean, got {flag!r}")
+        if flag and bound in schema:
+            schema[exclusive] = schema.pop(bound)

@@ -1,0 +1,185 @@
+"""A Python regex as the exact minimal character Dfa of the strings it fully matches (or searches).
+
+`regex_to_dfa(pattern)` parses with `re._parser` (the parser `re` itself uses, so the syntax is
+read exactly as `re.compile` reads it), builds a `RegexNfa` whose assertions are guarded epsilon
+edges, and determinizes it in one subset construction that carries, per DFA state:
+
+- the state of every distinct prefix language (lookbehind, `^`, `\\b`...) on the text read so
+  far: a guard's prefix condition is decided when its edge is taken;
+- per NFA configuration, the pending suffix obligations (lookahead, `$`, `\\b`...): the states
+  of the suffix automata started where their guards were taken; a configuration dies when one
+  of its obligations can no longer be met and accepts only when all of them accept.
+
+That is the intersection / complement construction of lookaround, done lazily. Before the Dfa
+is returned, `regex_selfcheck` compares it with `re` on sampled strings; a disagreement
+refuses the regex. Shorthand classes and case folding are ASCII (`re.ASCII` semantics).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import defaultdict
+from re import _parser as sre_parse
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema import automata
+from sgl_runtime.constrained.json_schema.automata import (
+    Charset,
+    Dfa,
+    _minimize,
+    _Partition,
+)
+from sgl_runtime.constrained.regex_nfa import RegexNfa
+from sgl_runtime.constrained.regex_selfcheck import check_against_re
+
+_Config = tuple  # (nfa state, frozenset of (suffix id, suffix state))
+
+
+@functools.lru_cache(maxsize=512)
+def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
+    """Strings `pattern` fully matches (search=True: strings in which it finds a match), with
+    `re.ASCII` semantics. Raises ConstraintError naming an invalid or unsupported construct,
+    or when the self-check against `re` finds a disagreement."""
+    if not isinstance(pattern, str):
+        raise ConstraintError(f"regex must be a string, got {type(pattern).__name__}")
+    try:
+        re.compile(pattern, re.ASCII)
+        parsed = sre_parse.parse(pattern, re.ASCII.value)
+    except re.error as exc:
+        raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
+    except ValueError as exc:  # ASCII with an inline (?u)
+        raise ConstraintError(f"unsupported regex feature in {pattern!r}: {exc} (shorthand classes are "
+                              "ASCII in constraints)") from None
+    except RecursionError:
+        raise ConstraintError(f"regex {pattern!r} nests too deeply") from None
+    flags = parsed.state.flags & ~re.ASCII.value
+    nodes = list(parsed)
+    if search:
+        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, nodes)), _ANY_RUN]
+    try:
+        dfa = _compile(nodes, flags, allow_guards=True)
+    except ConstraintError as exc:
+        raise ConstraintError(f"regex {pattern!r}: {exc}") from None
+    check_against_re(dfa, pattern, search=search)
+    return dfa
+
+
+# `(?s:.*)`: the search wrappers cross newlines whatever the pattern's flags
+_ANY_RUN = (sre_parse.SUBPATTERN, (None, re.DOTALL.value, 0,
+                                   [(sre_parse.MAX_REPEAT, (0, sre_parse.MAXREPEAT, [(sre_parse.ANY, None)]))]))
+
+
+def _compile(nodes: list, flags: int, allow_guards: bool) -> Dfa:
+    nfa = RegexNfa(_assertion_free)
+    start, end = nfa.build(nodes, flags)
+    if nfa.has_guards and not allow_guards:
+        raise ConstraintError("unsupported regex feature: an assertion (anchor, \\b or lookaround) inside "
+                              "a lookaround, atomic group or possessive repeat")
+    return _determinize(nfa, start, end)
+
+
+def _assertion_free(nodes: list, flags: int) -> Dfa:
+    return _compile(nodes, flags, allow_guards=False)
+
+
+def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
+    guards = list(dict.fromkeys(g for out in nfa.guarded for g, _ in out))
+    prefixes = list(dict.fromkeys(g.prefix for g in guards if g.prefix is not None))
+    suffixes = list(dict.fromkeys(g.suffix for g in guards if g.suffix is not None))
+    prefix_id = {d: i for i, d in enumerate(prefixes)}
+    suffix_id = {d: i for i, d in enumerate(suffixes)}
+    part = _Partition([cs for out in nfa.edges for cs, _ in out]
+                      + automata._charsets_of(prefixes) + automata._charsets_of(suffixes))
+    moves = [_moves_by_class(out, part) for out in nfa.edges]
+    prefix_tables = [part.table(d) for d in prefixes]
+    suffix_tables = [part.table(d) for d in suffixes]
+    universal = [_universal_states(d) for d in suffixes]
+    guard_edges = [[(prefix_id.get(g.prefix), suffix_id.get(g.suffix), t) for g, t in out] for out in nfa.guarded]
+
+    def closure(track: tuple, configs: set) -> frozenset:
+        seen, stack = set(configs), list(configs)
+        while stack:
+            q, pending = stack.pop()
+            targets = [(t, pending) for t in nfa.eps[q]]
+            for p_id, s_id, t in guard_edges[q]:
+                if p_id is not None and (track[p_id] is None or track[p_id] not in prefixes[p_id].finals):
+                    continue
+                if s_id is None or 0 in universal[s_id]:
+                    targets.append((t, pending))
+                elif not suffixes[s_id].is_empty():
+                    targets.append((t, pending | {(s_id, 0)}))
+            for config in targets:
+                if config not in seen:
+                    seen.add(config)
+                    stack.append(config)
+        return frozenset(seen)
+
+    def accepting(configs: frozenset) -> bool:
+        return any(q == end and all(st in suffixes[s].finals for s, st in pending) for q, pending in configs)
+
+    track0 = tuple(0 for _ in prefixes)
+    first = (track0, closure(track0, {(start, frozenset())}))
+    index, states, table, finals = {first: 0}, [first], [], set()
+    for track, configs in states:
+        if accepting(configs):
+            finals.add(len(table))
+        row = {}
+        by_class: dict = defaultdict(set)
+        for q, pending in configs:
+            for c, targets in moves[q].items():
+                for t in targets:
+                    by_class[c].add((t, pending))
+        for c, stepped in by_class.items():
+            nxt_track = tuple(None if s is None else tbl[s].get(c) for s, tbl in zip(track, prefix_tables))
+            nxt = set()
+            for t, pending in stepped:
+                advanced = _advance(pending, c, suffix_tables, universal)
+                if advanced is not None:
+                    nxt.add((t, advanced))
+            if not nxt:
+                continue
+            key = (nxt_track, closure(nxt_track, nxt))
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(states)
+                states.append(key)
+                automata._check_size(len(states), "regex subset construction")
+            row[c] = j
+        table.append(row)
+    return _minimize(table, finals, part)
+
+
+def _advance(pending: frozenset, c: int, suffix_tables: list, universal: list):
+    """Each obligation stepped on class `c`; None when one of them can no longer accept."""
+    if not pending:
+        return pending
+    out = set()
+    for s_id, st in pending:
+        nxt = suffix_tables[s_id][st].get(c)
+        if nxt is None:
+            return None
+        if nxt not in universal[s_id]:
+            out.add((s_id, nxt))
+    return frozenset(out)
+
+
+def _moves_by_class(out: list[tuple[Charset, int]], part: _Partition) -> dict:
+    moves: dict = defaultdict(list)
+    for cs, t in out:
+        for c in part.members[cs]:
+            moves[c].append(t)
+    return dict(moves)
+
+
+def _universal_states(dfa: Dfa) -> frozenset:
+    """States from which every continuation is accepted (a final state looping on every char)."""
+    found = set()
+    for s in dfa.finals:
+        loop = [cs for cs, t in dfa.edges[s] if t == s]
+        merged = Charset(frozenset())
+        for cs in loop:
+            merged = merged | cs
+        if merged.negated and not merged.chars:
+            found.add(s)
+    return frozenset(found)
