@@ -268,10 +268,8 @@ def _available_ram_bytes() -> int:
         return 4 << 30
 
 
-def resolve_model_path(model_path: Optional[str]) -> str:
-    """The given checkpoint directory, or the built-in demo model when none is given."""
-    if model_path is not None:
-        return model_path
-    from sgl_runtime.model_loader.demo_model import get_demo_model_path
+def resolve_model_path(server_args: ServerArgs) -> str:
+    """A local model directory for --model-path (the demo model when none is given; see model_source)."""
+    from sgl_runtime.model_loader.model_source import resolve_model_path as resolve
 
-    return get_demo_model_path()
+    return resolve(server_args.model_path, server_args.load_format, server_args.revision, server_args.download_dir)

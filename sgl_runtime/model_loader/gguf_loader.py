@@ -1,0 +1,97 @@
+"""Reads a GGUF file's weights as Hugging Face-named float tensors, dequantized by the `gguf` package.
+
+Names are mapped with gguf's own TensorNameMap (HF name -> GGUF name, inverted over the parameters the
+model asks for). llama.cpp's converter permutes the rows of Llama's q/k projections (its rotary kernel
+pairs neighbouring dimensions, HF's pairs the two halves); `unpermute_qk` undoes that, as transformers'
+GGUF loader does. Qwen2/Qwen3 files are written unpermuted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from sgl_runtime.model_loader.gguf_checkpoint import open_gguf
+
+logger = logging.getLogger(__name__)
+
+PERMUTED_QK_ARCHS = ("llama", "mistral")
+# Tensors llama.cpp adds that the HF model computes itself.
+IGNORED_TENSORS = ("rope_freqs.weight",)
+
+
+def load_gguf_weights(model: nn.Module, gguf_file: str) -> set[str]:
+    """Copy every GGUF tensor into `model` (via its load_weights); returns the parameters written."""
+    hf_names = hf_weight_names(model)
+    return model.load_weights(iter_gguf_weights(gguf_file, hf_names, model.config))
+
+
+def iter_gguf_weights(gguf_file: str, hf_names: Iterable[str], hf_config) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, float32 tensor) for each GGUF tensor, dequantized and in HF layout."""
+    from gguf import quants
+
+    reader = open_gguf(gguf_file)
+    arch = reader.fields["general.architecture"].contents()
+    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ValueError(f"{gguf_file!r} carries llama3 rope frequency factors (rope_freqs), which GGUF loading "
+                         "does not support yet; load the safetensors checkpoint instead")
+    names = gguf_to_hf_names(arch, int(hf_config.num_hidden_layers), hf_names)
+    for tensor in reader.tensors:
+        if tensor.name in IGNORED_TENSORS:
+            continue
+        hf_name = names.get(tensor.name)
+        if hf_name is None:
+            raise ValueError(f"GGUF tensor {tensor.name!r} of {gguf_file!r} has no parameter in the {arch} model")
+        try:
+            weights = quants.dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError as exc:
+            raise ValueError(f"GGUF tensor {tensor.name!r} uses {tensor.tensor_type.name}, which gguf cannot "
+                             "dequantize") from exc
+        weights = np.ascontiguousarray(weights).reshape(tuple(reversed([int(d) for d in tensor.shape])))
+        if arch in PERMUTED_QK_ARCHS and ".attn_q." in tensor.name:
+            weights = unpermute_qk(weights, hf_config.num_attention_heads)
+        elif arch in PERMUTED_QK_ARCHS and ".attn_k." in tensor.name:
+            weights = unpermute_qk(weights, num_kv_heads(hf_config))
+        yield hf_name, torch.from_numpy(np.array(weights, dtype=np.float32))  # a writable copy
+
+
+def gguf_to_hf_names(arch: str, num_layers: int, hf_names: Iterable[str]) -> dict[str, str]:
+    """GGUF tensor name -> HF parameter name, through gguf's TensorNameMap for `arch`."""
+    import gguf
+
+    arch_id = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), None)
+    if arch_id is None:
+        raise ValueError(f"the gguf package does not know the architecture {arch!r}")
+    name_map = gguf.get_tensor_name_map(arch_id, num_layers)
+    mapping = {}
+    for hf_name in hf_names:
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_base = name_map.get_name(base)
+        if gguf_base is not None:
+            mapping[f"{gguf_base}.{suffix}"] = hf_name
+    return mapping
+
+
+def hf_weight_names(model: nn.Module) -> list[str]:
+    """The HF checkpoint names the model loads: merged parameters expand to their shards' names."""
+    names = []
+    stacked = getattr(model, "stacked_params", ())
+    for name, _ in model.named_parameters():
+        parts = [name.replace(merged, hf) for merged, hf, _ in stacked if merged in name]
+        names += parts or [name]
+    names.append("lm_head.weight")  # skipped by load_weights when the embeddings are tied
+    return sorted(set(names))
+
+
+def unpermute_qk(weights: np.ndarray, num_heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row permutation: rows [H, D/2, 2] back to HF's [H, 2, D/2]."""
+    half = weights.shape[0] // num_heads // 2
+    return weights.reshape(num_heads, half, 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+
+
+def num_kv_heads(hf_config) -> int:
+    return int(getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads)
