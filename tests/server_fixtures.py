@@ -1,4 +1,4 @@
-"""Starts the real server (`python -m sgl_runtime.launch_server` on the demo model) as a
+"""Starts the real server (`python -m sgl_runtime.launch_server` on the random demo model) as a
 subprocess on a free port, waits for /health, and stops it; plus helpers to wait for an idle
 server and to check process trees. `shared_server` keeps one default server per test session."""
 
@@ -18,8 +18,9 @@ import pytest
 import requests
 
 STARTUP_TIMEOUT_S = 300.0
-# Small pool and batch limits keep the CPU demo server light while still exercising the scheduler.
-DEFAULT_ARGS = ("--device", "cpu", "--max-total-tokens", "16384", "--log-level", "warning")
+# Small pool and batch limits keep the CPU demo server light while still exercising the scheduler; the
+# random-weight demo model keeps start-up fast (tests of the real demo model are in test_demo_smollm2.py).
+DEFAULT_ARGS = ("--model-path", "random-demo", "--device", "cpu", "--max-total-tokens", "16384", "--log-level", "warning")
 
 
 def free_port() -> int:
