@@ -2,9 +2,9 @@
 
 The directory (cached, keyed by the file's path, size and mtime) holds config.json and the tokenizer
 (tokens, merges, special ids, chat template) converted from the GGUF metadata by transformers' own GGUF
-code, generation_config.json with the EOS id, and gguf_source.json naming the GGUF file, from which the
-loader dequantizes the weights (gguf_loader.py). Converting the tokenizer takes tens of seconds; every
-later start reads the cached directory.
+code, generation_config.json with the EOS id, gguf_source.json naming the GGUF file, from which the
+loader dequantizes the weights (gguf_loader.py), and gguf_tensors.json, gguf's index of the tensors. Converting the tokenizer takes tens of seconds (gguf's
+reader parses every vocabulary string); every later start reads the cached directory and the index.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Optional
 
 from sgl_runtime.model_loader.demo_tokenizer import default_cache_dir
+from sgl_runtime.model_loader.gguf_loader import TENSOR_INDEX_FILE, open_gguf, write_tensor_index
 
 logger = logging.getLogger(__name__)
 
 GGUF_SOURCE_FILE = "gguf_source.json"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 # GGUF general.architecture -> our model class (architectures entry of config.json).
 GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -92,22 +93,24 @@ def gguf_model_dir(gguf_file: str, cache_dir: Optional[str | os.PathLike] = None
 
 def write_gguf_model_dir(gguf_file: str, out: Path) -> None:
     """config.json, generation_config.json, the tokenizer files and gguf_source.json for `gguf_file`."""
-    config = gguf_hf_config(gguf_file)
+    reader = open_gguf(gguf_file)
+    config = gguf_hf_config(gguf_file, reader)
     config.save_pretrained(str(out))
     eos = config.eos_token_id
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "bos_token_id": config.bos_token_id}))
     tokenizer = gguf_tokenizer(gguf_file)
     tokenizer.save_pretrained(str(out))
+    write_tensor_index(reader, out / TENSOR_INDEX_FILE)
     (out / GGUF_SOURCE_FILE).write_text(json.dumps({"gguf_file": gguf_file}))
 
 
-def gguf_hf_config(gguf_file: str):
+def gguf_hf_config(gguf_file: str, reader=None):
     """The transformers config transformers itself builds from the GGUF metadata, plus `architectures`
     and the head size GGUF states (attention.key_length), which transformers' mapping drops for Qwen3."""
     from transformers import AutoConfig
 
     path = Path(gguf_file)
-    fields = open_gguf(gguf_file).fields
+    fields = (reader or open_gguf(gguf_file)).fields
     arch = fields["general.architecture"].contents() if "general.architecture" in fields else None
     if arch not in GGUF_ARCHITECTURES:
         raise ValueError(f"GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}")
@@ -131,13 +134,3 @@ def gguf_tokenizer(gguf_file: str):
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, KeyError, OSError) as exc:
         raise ValueError(f"cannot build a tokenizer from the GGUF metadata of {gguf_file!r}: {exc}") from exc
-
-
-def open_gguf(gguf_file: str):
-    """A gguf.GGUFReader over the file (memory-mapped); ValueError naming the file when it is not GGUF."""
-    from gguf import GGUFReader
-
-    try:
-        return GGUFReader(gguf_file)
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"{gguf_file!r} is not a readable GGUF file: {exc}") from exc

@@ -8,53 +8,97 @@ GGUF loader does. Qwen2/Qwen3 files are written unpermuted.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Iterable, Iterator
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from sgl_runtime.model_loader.gguf_checkpoint import open_gguf
 
 logger = logging.getLogger(__name__)
 
+TENSOR_INDEX_FILE = "gguf_tensors.json"
 PERMUTED_QK_ARCHS = ("llama", "mistral")
 # Tensors llama.cpp adds that the HF model computes itself.
 IGNORED_TENSORS = ("rope_freqs.weight",)
 
 
-def load_gguf_weights(model: nn.Module, gguf_file: str) -> set[str]:
-    """Copy every GGUF tensor into `model` (via its load_weights); returns the parameters written."""
-    hf_names = hf_weight_names(model)
-    return model.load_weights(iter_gguf_weights(gguf_file, hf_names, model.config))
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where gguf's reader found one tensor: its GGML type, numpy-order shape and bytes in the file."""
+
+    name: str
+    qtype: int
+    shape: tuple[int, ...]
+    offset: int
+    n_bytes: int
 
 
-def iter_gguf_weights(gguf_file: str, hf_names: Iterable[str], hf_config) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, float32 tensor) for each GGUF tensor, dequantized and in HF layout."""
-    from gguf import quants
+def open_gguf(gguf_file: str):
+    """A gguf.GGUFReader over the file (memory-mapped); ValueError naming the file when it is not GGUF."""
+    from gguf import GGUFReader
 
-    reader = open_gguf(gguf_file)
+    try:
+        return GGUFReader(gguf_file)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{gguf_file!r} is not a readable GGUF file: {exc}") from exc
+
+
+def read_tensor_index(reader) -> tuple[str, list[TensorEntry]]:
+    """(architecture, tensor entries) as gguf's reader parsed them."""
     arch = reader.fields["general.architecture"].contents()
-    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+    entries = [TensorEntry(t.name, int(t.tensor_type), tuple(int(d) for d in reversed(t.shape.tolist())),
+                           int(t.data_offset), int(t.n_bytes)) for t in reader.tensors]
+    return arch, entries
+
+
+def write_tensor_index(reader, path: Path) -> None:
+    """Saved at conversion: gguf's reader parses every metadata string (seconds for a 49k vocabulary),
+    so later loads read this index and memory-map the tensor bytes instead."""
+    arch, entries = read_tensor_index(reader)
+    path.write_text(json.dumps({"architecture": arch, "tensors": [asdict(e) for e in entries]}))
+
+
+def load_gguf_weights(model: nn.Module, gguf_file: str, index_file: Optional[str] = None) -> set[str]:
+    """Copy every GGUF tensor into `model` (via its load_weights); returns the parameters written."""
+    if index_file and os.path.isfile(index_file):
+        data = json.loads(Path(index_file).read_text())
+        arch, entries = data["architecture"], [TensorEntry(**{**e, "shape": tuple(e["shape"])}) for e in data["tensors"]]
+    else:
+        arch, entries = read_tensor_index(open_gguf(gguf_file))
+    return model.load_weights(iter_gguf_weights(gguf_file, arch, entries, hf_weight_names(model), model.config))
+
+
+def iter_gguf_weights(gguf_file: str, arch: str, entries: list[TensorEntry], hf_names: Iterable[str],
+                      hf_config) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, float32 tensor) for each GGUF tensor, dequantized by gguf.quants and in HF layout."""
+    from gguf import GGMLQuantizationType, quants
+
+    if any(e.name == "rope_freqs.weight" for e in entries):
         raise ValueError(f"{gguf_file!r} carries llama3 rope frequency factors (rope_freqs), which GGUF loading "
                          "does not support yet; load the safetensors checkpoint instead")
     names = gguf_to_hf_names(arch, int(hf_config.num_hidden_layers), hf_names)
-    for tensor in reader.tensors:
-        if tensor.name in IGNORED_TENSORS:
+    raw = np.memmap(gguf_file, dtype=np.uint8, mode="r")
+    for entry in entries:
+        if entry.name in IGNORED_TENSORS:
             continue
-        hf_name = names.get(tensor.name)
+        hf_name = names.get(entry.name)
         if hf_name is None:
-            raise ValueError(f"GGUF tensor {tensor.name!r} of {gguf_file!r} has no parameter in the {arch} model")
+            raise ValueError(f"GGUF tensor {entry.name!r} of {gguf_file!r} has no parameter in the {arch} model")
+        qtype = GGMLQuantizationType(entry.qtype)
+        blocks = raw[entry.offset: entry.offset + entry.n_bytes].reshape(quants.quant_shape_to_byte_shape(entry.shape, qtype))
         try:
-            weights = quants.dequantize(tensor.data, tensor.tensor_type)
+            weights = quants.dequantize(blocks, qtype).reshape(entry.shape)
         except NotImplementedError as exc:
-            raise ValueError(f"GGUF tensor {tensor.name!r} uses {tensor.tensor_type.name}, which gguf cannot "
-                             "dequantize") from exc
-        weights = np.ascontiguousarray(weights).reshape(tuple(reversed([int(d) for d in tensor.shape])))
-        if arch in PERMUTED_QK_ARCHS and ".attn_q." in tensor.name:
+            raise ValueError(f"GGUF tensor {entry.name!r} uses {qtype.name}, which gguf cannot dequantize") from exc
+        if arch in PERMUTED_QK_ARCHS and ".attn_q." in entry.name:
             weights = unpermute_qk(weights, hf_config.num_attention_heads)
-        elif arch in PERMUTED_QK_ARCHS and ".attn_k." in tensor.name:
+        elif arch in PERMUTED_QK_ARCHS and ".attn_k." in entry.name:
             weights = unpermute_qk(weights, num_kv_heads(hf_config))
         yield hf_name, torch.from_numpy(np.array(weights, dtype=np.float32))  # a writable copy
 

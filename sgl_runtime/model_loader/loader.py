@@ -18,6 +18,7 @@ from torch import nn
 from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.model_config import load_hf_config
 from sgl_runtime.model_loader.gguf_checkpoint import gguf_source_of
+from sgl_runtime.model_loader.gguf_loader import TENSOR_INDEX_FILE, load_gguf_weights
 from sgl_runtime.models.registry import get_model_class
 from sgl_runtime.models.tensor_parallel import apply_tp
 
@@ -89,12 +90,11 @@ def _check_complete(model: nn.Module, loaded: set[str], source: str) -> None:
 def load_gguf_checkpoint(model: nn.Module, model_path: str) -> None:
     """Weights dequantized from the GGUF file a converted model directory names (model_source resolves
     a .gguf path to such a directory)."""
-    from sgl_runtime.model_loader.gguf_loader import load_gguf_weights
-
     gguf_file = gguf_source_of(model_path)
     if gguf_file is None:
         raise ValueError(f"load_format='gguf' but {model_path!r} was not converted from a GGUF file")
-    _check_complete(model, load_gguf_weights(model, gguf_file), gguf_file)
+    loaded = load_gguf_weights(model, gguf_file, os.path.join(model_path, TENSOR_INDEX_FILE))
+    _check_complete(model, loaded, gguf_file)
 
 
 def safetensors_files(model_path: str) -> list[str]:
