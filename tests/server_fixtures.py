@@ -20,7 +20,8 @@ import requests
 STARTUP_TIMEOUT_S = 300.0
 # Small pool and batch limits keep the CPU demo server light while still exercising the scheduler; the
 # random-weight demo model keeps start-up fast (tests of the real demo model are in test_demo_smollm2.py).
-DEFAULT_ARGS = ("--model-path", "random-demo", "--device", "cpu", "--max-total-tokens", "16384", "--log-level", "warning")
+RANDOM_DEMO_ARGS = ("--model-path", "random-demo")
+DEFAULT_ARGS = ("--device", "cpu", "--max-total-tokens", "16384", "--log-level", "warning")
 
 
 def free_port() -> int:
@@ -30,12 +31,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *extra_args: str, api_key: Optional[str] = None) -> None:
+    def __init__(self, *extra_args: str, api_key: Optional[str] = None, model_args: tuple = RANDOM_DEMO_ARGS) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log_path = Path(tempfile.mkstemp(prefix="sgl_server_", suffix=".log")[1])
-        args = [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(self.port), *DEFAULT_ARGS, *extra_args]
+        args = [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(self.port), *model_args, *DEFAULT_ARGS,
+                *extra_args]
         if api_key:
             args += ["--api-key", api_key]
         self._log = open(self.log_path, "wb")

@@ -66,12 +66,16 @@ def write_tensor_index(reader, path: Path) -> None:
 
 def load_gguf_weights(model: nn.Module, gguf_file: str, index_file: Optional[str] = None) -> set[str]:
     """Copy every GGUF tensor into `model` (via its load_weights); returns the parameters written."""
+    arch, entries = tensor_index(gguf_file, index_file)
+    return model.load_weights(iter_gguf_weights(gguf_file, arch, entries, hf_weight_names(model), model.config))
+
+
+def tensor_index(gguf_file: str, index_file: Optional[str] = None) -> tuple[str, list[TensorEntry]]:
+    """(architecture, tensor entries): from the saved index when there is one, else from gguf's reader."""
     if index_file and os.path.isfile(index_file):
         data = json.loads(Path(index_file).read_text())
-        arch, entries = data["architecture"], [TensorEntry(**{**e, "shape": tuple(e["shape"])}) for e in data["tensors"]]
-    else:
-        arch, entries = read_tensor_index(open_gguf(gguf_file))
-    return model.load_weights(iter_gguf_weights(gguf_file, arch, entries, hf_weight_names(model), model.config))
+        return data["architecture"], [TensorEntry(**{**e, "shape": tuple(e["shape"])}) for e in data["tensors"]]
+    return read_tensor_index(open_gguf(gguf_file))
 
 
 def iter_gguf_weights(gguf_file: str, arch: str, entries: list[TensorEntry], hf_names: Iterable[str],
