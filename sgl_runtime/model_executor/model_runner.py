@@ -139,6 +139,13 @@ class ModelRunner:
             torch.cuda.set_device(local_device_index(tp_rank, args.tp_size, args.nnodes))
         return init_tp_group(tp_rank, args.tp_size, args.dist_init_addr, self.device)
 
+    def release(self) -> None:
+        """Drop the CUDA graphs, attention backend, pools and model (Engine.shutdown frees their memory)."""
+        self.cuda_graph_runner = None
+        self.attn_backend = None
+        self.req_to_token_pool = self.token_to_kv_pool = None
+        self.model = None
+
     # ------------------------------------------------------------------ sizing
     def kv_bytes_per_token(self) -> int:
         """KV bytes per token on this rank (its share of the KV heads)."""
