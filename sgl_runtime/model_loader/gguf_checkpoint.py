@@ -99,6 +99,8 @@ def write_gguf_model_dir(gguf_file: str, out: Path) -> None:
     eos = config.eos_token_id
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "bos_token_id": config.bos_token_id}))
     tokenizer = gguf_tokenizer(gguf_file)
+    if isinstance(eos, int):  # the GGUF's eos id (transformers <= 5.17 keep the converter's default eos token)
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     tokenizer.save_pretrained(str(out))
     write_tensor_index(reader, out / TENSOR_INDEX_FILE)
     (out / GGUF_SOURCE_FILE).write_text(json.dumps({"gguf_file": gguf_file}))
