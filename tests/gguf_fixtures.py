@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
-
-import gguf
 from gguf import GGMLQuantizationType as Q
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -15,7 +15,11 @@ from model_fixtures import load_for_test
 from server_fixtures import ServerProcess
 
 from sgl_runtime.model_loader.demo_download import demo_gguf_path
-from sgl_runtime.model_loader.gguf_loader import TENSOR_INDEX_FILE, iter_gguf_weights, tensor_index
+from sgl_runtime.model_loader.gguf_loader import (
+    TENSOR_INDEX_FILE,
+    iter_gguf_weights,
+    tensor_index,
+)
 from sgl_runtime.model_loader.model_source import resolve_model_path
 from sgl_runtime.tokenizer_utils import load_tokenizer
 
@@ -111,7 +115,7 @@ def test_logits_match_transformers_own_gguf_loading(demo_file, tokenizer):
     ids = tokenizer.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
     with torch.no_grad():
         expected = transformers_gguf_model(demo_file)(torch.tensor([ids])).logits[0].float()  # [T, vocab]
-    model, harness = load_for_test(resolve_model_path(None), harness_kwargs={"max_context": 1024})
+    _, harness = load_for_test(resolve_model_path(None), harness_kwargs={"max_context": 1024})
     logits = harness.run_forward([(harness.new_request(), 0, ids)])[0]
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-3 * expected.abs().max().item())
     assert logits.argmax(-1).tolist() == expected.argmax(-1).tolist()

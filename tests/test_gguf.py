@@ -9,7 +9,12 @@ import shutil
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf_fixtures import CHATML, permute_like_llama_cpp, transformers_gguf_model, write_tiny_gguf
+from gguf_fixtures import (
+    CHATML,
+    permute_like_llama_cpp,
+    transformers_gguf_model,
+    write_tiny_gguf,
+)
 from model_fixtures import load_for_test
 
 from sgl_runtime.model_config import ModelConfig
@@ -50,7 +55,7 @@ def gguf_files(tmp_path_factory, cache):
 def test_float32_logits_match_transformers_gguf_loading(name, gguf_files):
     path = gguf_files[name]
     reference = transformers_gguf_model(path)(torch.tensor([TOKENS])).logits[0]  # [T, vocab]
-    model, harness = load_for_test(resolve_model_path(path))
+    _, harness = load_for_test(resolve_model_path(path))
     logits = harness.run_forward([(harness.new_request(), 0, TOKENS)])[0]
     scale = reference.abs().max().item()
     torch.testing.assert_close(logits, reference, rtol=0, atol=1e-4 * scale)

@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Optional
 
 from sgl_runtime.model_loader.demo_tokenizer import default_cache_dir
-from sgl_runtime.model_loader.gguf_loader import TENSOR_INDEX_FILE, open_gguf, write_tensor_index
+from sgl_runtime.model_loader.gguf_loader import (
+    TENSOR_INDEX_FILE,
+    open_gguf,
+    write_tensor_index,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-
 logger = logging.getLogger(__name__)
 
 TENSOR_INDEX_FILE = "gguf_tensors.json"

@@ -21,7 +21,11 @@ def resolve_model_path(model_path: Optional[str], load_format: str = "auto", rev
                        download_dir: Optional[str] = None) -> str:
     """A local directory with config.json and the tokenizer for `model_path` (see the module docstring)."""
     from sgl_runtime.model_loader.demo_download import DEMO_ENV, demo_gguf_path
-    from sgl_runtime.model_loader.gguf_checkpoint import find_gguf_file, gguf_model_dir, gguf_source_of
+    from sgl_runtime.model_loader.gguf_checkpoint import (
+        find_gguf_file,
+        gguf_model_dir,
+        gguf_source_of,
+    )
 
     if model_path is None:
         model_path = os.environ.get(DEMO_ENV) or None
