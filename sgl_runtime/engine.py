@@ -91,11 +91,18 @@ class Engine:
         return self.scheduler.get_stats()
 
     def shutdown(self) -> None:
-        if self.scheduler is not None:
+        """Stop the front half, the scheduler and any TP workers, and return the device memory they took
+        (model, KV pools, CUDA graphs), so another Engine or a server in this process can size its KV pool."""
+        scheduler, self.scheduler = self.scheduler, None
+        if scheduler is not None:
             self._loop.run_until_complete(self.tokenizer_manager.stop())
             self._loop.close()
-            self.scheduler.shutdown()
-        self.scheduler = None
+            self.tokenizer_manager = None  # it reaches the scheduler through its transport
+            scheduler.shutdown()
+            device = scheduler.model_runner.device
+            scheduler.model_runner.release()
+            del scheduler
+            _return_device_memory(device)
         self._stop_workers()
 
     def _start_workers(self, args: ServerArgs) -> ServerArgs:
@@ -106,7 +113,7 @@ class Engine:
         if args.node_rank != 0:
             raise ValueError("an Engine runs rank 0 (node 0); start the other nodes with "
                              "`python -m sgl_runtime.launch_server --node-rank N`")
-        args = with_rendezvous(args.replace(model_path=resolve_model_path(args.model_path)))
+        args = with_rendezvous(args.replace(model_path=resolve_model_path(args)))
         check_tp_config(args)
         self.workers = ChildProcesses()
         start_tp_workers(self.workers, args)
@@ -125,6 +132,17 @@ class Engine:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _return_device_memory(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()  # the scheduler's objects reference each other; free the cycles now, not at some later GC
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # hand the cached blocks back to the driver
 
 
 async def _first(results: AsyncIterator) -> Any:

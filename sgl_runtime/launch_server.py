@@ -21,7 +21,6 @@ from sgl_runtime.server_args import ServerArgs, parse_args
 logger = logging.getLogger("sgl_runtime.launch_server")
 
 GRACEFUL_SHUTDOWN_S = 5
-DEMO_MODEL_NAME = "sgl-demo"
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -75,13 +74,13 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def resolve_model(server_args: ServerArgs) -> ServerArgs:
-    """With no --model-path, serve the built-in demo checkpoint (built on first use)."""
-    if server_args.model_path is not None:
-        return server_args
-    from sgl_runtime.model_loader.demo_model import get_demo_model_path
+    """--model-path as a local model directory (the demo model when none is given), resolved once here so
+    that the child processes read the same directory; the API keeps reporting the name the user gave."""
+    from sgl_runtime.model_executor.model_runner import resolve_model_path
+    from sgl_runtime.model_loader.model_source import served_name
 
-    return server_args.replace(model_path=get_demo_model_path(),
-                               served_model_name=server_args.served_model_name or DEMO_MODEL_NAME)
+    return server_args.replace(model_path=resolve_model_path(server_args),
+                               served_model_name=server_args.served_model_name or served_name(server_args.model_path))
 
 
 def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, children: ChildProcesses) -> int:

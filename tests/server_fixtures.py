@@ -1,4 +1,4 @@
-"""Starts the real server (`python -m sgl_runtime.launch_server` on the demo model) as a
+"""Starts the real server (`python -m sgl_runtime.launch_server` on the random demo model) as a
 subprocess on a free port, waits for /health, and stops it; plus helpers to wait for an idle
 server and to check process trees. `shared_server` keeps one default server per test session."""
 
@@ -18,7 +18,9 @@ import pytest
 import requests
 
 STARTUP_TIMEOUT_S = 300.0
-# Small pool and batch limits keep the CPU demo server light while still exercising the scheduler.
+# Small pool and batch limits keep the CPU demo server light while still exercising the scheduler; the
+# random-weight demo model keeps start-up fast (tests of the real demo model are in test_demo_smollm2.py).
+RANDOM_DEMO_ARGS = ("--model-path", "random-demo")
 DEFAULT_ARGS = ("--device", "cpu", "--max-total-tokens", "16384", "--log-level", "warning")
 
 
@@ -29,12 +31,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *extra_args: str, api_key: Optional[str] = None) -> None:
+    def __init__(self, *extra_args: str, api_key: Optional[str] = None, model_args: tuple = RANDOM_DEMO_ARGS) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log_path = Path(tempfile.mkstemp(prefix="sgl_server_", suffix=".log")[1])
-        args = [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(self.port), *DEFAULT_ARGS, *extra_args]
+        args = [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(self.port), *model_args, *DEFAULT_ARGS,
+                *extra_args]
         if api_key:
             args += ["--api-key", api_key]
         self._log = open(self.log_path, "wb")

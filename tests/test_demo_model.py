@@ -50,6 +50,16 @@ def test_concurrent_first_use_is_safe(tmp_path):
              for _ in range(3)]
     outputs = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
-    assert outputs == {str(tmp_path / "demo-qwen2-v1")}
-    assert [p.name for p in tmp_path.iterdir()] == ["demo-qwen2-v1"]  # no temp directories left behind
-    assert load_file(str(tmp_path / "demo-qwen2-v1" / "model.safetensors"))["model.norm.weight"].shape == (128,)
+    assert outputs == {str(tmp_path / "demo-qwen2-v2")}
+    assert [p.name for p in tmp_path.iterdir()] == ["demo-qwen2-v2"]  # no temp directories left behind
+    assert load_file(str(tmp_path / "demo-qwen2-v2" / "model.safetensors"))["model.norm.weight"].shape == (128,)
+
+
+def test_demo_tokenizer_loads_without_warnings(tmp_path):
+    """config.json records transformers_version: without it transformers 5.0-5.17 take the directory for an
+    old Mistral checkpoint and warn about an incorrect regex pattern (fix_mistral_regex) at every start."""
+    path = get_demo_model_path(tmp_path)
+    assert json.loads(Path(path, "config.json").read_text())["transformers_version"]
+    code = "import sys; from sgl_runtime.tokenizer_utils import load_tokenizer; load_tokenizer(sys.argv[1])"
+    result = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "warn" not in result.stderr.lower() and "regex" not in result.stderr, result.stderr

@@ -70,7 +70,7 @@ def test_killed_scheduler_takes_server_down(keyed_server):
 
 def test_runtime_launches_a_server_that_sigterm_stops_entirely():
     """sgl_lang.Runtime starts the real server; a SIGTERM to the server alone stops its children too."""
-    runtime = sgl.Runtime()
+    runtime = sgl.Runtime(model_path="random-demo")
     try:
         assert sgl.get_server_info(runtime)["port"] == runtime.port  # a Runtime stands for its endpoint
         state = sgl.function(lambda s: s.__iadd__("Hi" + sgl.gen("x", max_tokens=3))).run(backend=runtime)

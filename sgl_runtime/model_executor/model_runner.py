@@ -139,6 +139,13 @@ class ModelRunner:
             torch.cuda.set_device(local_device_index(tp_rank, args.tp_size, args.nnodes))
         return init_tp_group(tp_rank, args.tp_size, args.dist_init_addr, self.device)
 
+    def release(self) -> None:
+        """Drop the CUDA graphs, attention backend, pools and model (Engine.shutdown frees their memory)."""
+        self.cuda_graph_runner = None
+        self.attn_backend = None
+        self.req_to_token_pool = self.token_to_kv_pool = None
+        self.model = None
+
     # ------------------------------------------------------------------ sizing
     def kv_bytes_per_token(self) -> int:
         """KV bytes per token on this rank (its share of the KV heads)."""
@@ -268,10 +275,8 @@ def _available_ram_bytes() -> int:
         return 4 << 30
 
 
-def resolve_model_path(model_path: Optional[str]) -> str:
-    """The given checkpoint directory, or the built-in demo model when none is given."""
-    if model_path is not None:
-        return model_path
-    from sgl_runtime.model_loader.demo_model import get_demo_model_path
+def resolve_model_path(server_args: ServerArgs) -> str:
+    """A local model directory for --model-path (the demo model when none is given; see model_source)."""
+    from sgl_runtime.model_loader.model_source import resolve_model_path as resolve
 
-    return get_demo_model_path()
+    return resolve(server_args.model_path, server_args.load_format, server_args.revision, server_args.download_dir)

@@ -18,7 +18,9 @@ import torch
 
 from sgl_runtime.model_loader.demo_tokenizer import default_cache_dir, get_qwen2_tokenizer_dir
 
-DEMO_NAME = "demo-qwen2-v1"
+# v2: config.json records transformers_version (transformers 5.0-5.17 take a local config.json without it
+# for a pre-5.0 Mistral checkpoint and warn about an "incorrect regex pattern" / fix_mistral_regex).
+DEMO_NAME = "demo-qwen2-v2"
 DEMO_SEED = 1234
 DEMO_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -67,7 +69,10 @@ def write_demo_checkpoint(out: Path, tokenizer_dir: Path) -> None:
     from safetensors.torch import save_file
 
     save_file(demo_state_dict(), str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(DEMO_CONFIG, indent=2))
+    import transformers
+
+    config = {**DEMO_CONFIG, "transformers_version": transformers.__version__}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     for name in TOKENIZER_FILES:
         shutil.copyfile(Path(tokenizer_dir) / name, out / name)

@@ -17,10 +17,12 @@ from torch import nn
 
 from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.model_config import load_hf_config
+from sgl_runtime.model_loader.gguf_checkpoint import gguf_source_of
+from sgl_runtime.model_loader.gguf_loader import TENSOR_INDEX_FILE, load_gguf_weights
 from sgl_runtime.models.registry import get_model_class
 from sgl_runtime.models.tensor_parallel import apply_tp
 
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DUMMY_WEIGHT_RANGE = 0.02
 
 
@@ -35,6 +37,10 @@ def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: st
     model = build_empty_model(model_class, hf_config, dtype, device, tp)
     if load_format == "dummy":
         init_dummy_weights(model, seed + (tp.rank if tp is not None else 0))
+    elif load_format == "gguf" or gguf_source_of(model_path) is not None:
+        if tp is not None and tp.size > 1:
+            raise ValueError("GGUF checkpoints load on one GPU only (--tp-size 1); use a safetensors checkpoint for TP")
+        load_gguf_checkpoint(model, model_path)
     else:
         load_safetensors_weights(model, model_path, lazy=tp is not None)
     return model.eval()
@@ -71,11 +77,24 @@ def init_dummy_weights(model: nn.Module, seed: int) -> None:
 def load_safetensors_weights(model: nn.Module, model_path: str, lazy: bool = False) -> None:
     """Every parameter from the checkpoint; `lazy` hands the model safetensors slices to read its part of."""
     files = safetensors_files(model_path)
-    loaded = model.load_weights(iter_safetensors(files, lazy))
+    _check_complete(model, model.load_weights(iter_safetensors(files, lazy)), model_path)
+
+
+def _check_complete(model: nn.Module, loaded: set[str], source: str) -> None:
     missing = sorted(set(dict(model.named_parameters())) - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
-        raise ValueError(f"checkpoint {model_path!r} lacks weights for {len(missing)} parameters: {shown}")
+        raise ValueError(f"checkpoint {source!r} lacks weights for {len(missing)} parameters: {shown}")
+
+
+def load_gguf_checkpoint(model: nn.Module, model_path: str) -> None:
+    """Weights dequantized from the GGUF file a converted model directory names (model_source resolves
+    a .gguf path to such a directory)."""
+    gguf_file = gguf_source_of(model_path)
+    if gguf_file is None:
+        raise ValueError(f"load_format='gguf' but {model_path!r} was not converted from a GGUF file")
+    loaded = load_gguf_weights(model, gguf_file, os.path.join(model_path, TENSOR_INDEX_FILE))
+    _check_complete(model, loaded, gguf_file)
 
 
 def safetensors_files(model_path: str) -> list[str]:

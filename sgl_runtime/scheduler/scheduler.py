@@ -42,7 +42,7 @@ class Scheduler(OverlapMixin):
     def __init__(self, server_args: ServerArgs) -> None:
         from sgl_runtime.tokenizer_utils import load_tokenizer
 
-        model_path = resolve_model_path(server_args.model_path)
+        model_path = resolve_model_path(server_args)
         self.server_args = server_args = server_args.replace(model_path=model_path)
         self.model_config = ModelConfig.from_path(
             model_path, server_args.dtype, server_args.context_length, server_args.resolved_device

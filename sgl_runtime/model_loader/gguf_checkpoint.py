@@ -1,0 +1,142 @@
+"""Turns a GGUF file into a model directory the rest of the runtime reads like any checkpoint.
+
+The directory (cached, keyed by the file's path, size and mtime) holds config.json and the tokenizer
+(tokens, merges, special ids, chat template) converted from the GGUF metadata by transformers' own GGUF
+code, generation_config.json with the EOS id, gguf_source.json naming the GGUF file, from which the
+loader dequantizes the weights (gguf_loader.py), and gguf_tensors.json, gguf's index of the tensors. Converting the tokenizer takes tens of seconds (gguf's
+reader parses every vocabulary string); every later start reads the cached directory and the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from sgl_runtime.model_loader.demo_tokenizer import default_cache_dir
+from sgl_runtime.model_loader.gguf_loader import (
+    TENSOR_INDEX_FILE,
+    open_gguf,
+    write_tensor_index,
+)
+
+logger = logging.getLogger(__name__)
+
+GGUF_SOURCE_FILE = "gguf_source.json"
+LAYOUT_VERSION = 2
+# GGUF general.architecture -> our model class (architectures entry of config.json).
+GGUF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def find_gguf_file(path: str, force: bool = False) -> Optional[str]:
+    """The GGUF file `path` names: the file itself, or the one *.gguf in a directory that holds no
+    safetensors checkpoint (or any directory when `force`, i.e. --load-format gguf). None otherwise."""
+    p = Path(path)
+    if p.is_file():
+        if p.suffix == ".gguf" or force:
+            return str(p.resolve())
+        return None
+    if not p.is_dir():
+        return None
+    found = sorted(p.glob("*.gguf"))
+    if not found:
+        if force:
+            raise FileNotFoundError(f"--load-format gguf: no *.gguf file in {path!r}")
+        return None
+    if not force and (p / "config.json").is_file() and any(p.glob("*.safetensors")):
+        return None  # a regular checkpoint that also carries a GGUF export
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found)
+        raise ValueError(f"{path!r} holds several GGUF files ({names}); pass one of them as --model-path")
+    return str(found[0].resolve())
+
+
+def gguf_source_of(model_dir: str) -> Optional[str]:
+    """The GGUF file a converted model directory was made from (None for other checkpoints)."""
+    marker = Path(model_dir) / GGUF_SOURCE_FILE
+    if not marker.is_file():
+        return None
+    return json.loads(marker.read_text(encoding="utf-8"))["gguf_file"]
+
+
+def gguf_model_dir(gguf_file: str, cache_dir: Optional[str | os.PathLike] = None) -> str:
+    """The cached model directory for `gguf_file`, converted on first use (safe under concurrent starts)."""
+    source = Path(gguf_file).resolve()
+    if not source.is_file():
+        raise FileNotFoundError(f"GGUF file {gguf_file!r} does not exist")
+    stat = source.stat()
+    key = hashlib.sha256(f"{LAYOUT_VERSION}:{source}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = Path(cache_dir or default_cache_dir()) / "gguf"
+    final = root / f"{source.stem}-{key}"
+    if (final / GGUF_SOURCE_FILE).is_file():
+        return str(final)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    try:
+        logger.info("converting the GGUF metadata of %s (config and tokenizer; once per file)", source)
+        write_gguf_model_dir(str(source), staging)
+        try:
+            os.rename(staging, final)
+        except OSError:  # another process finished first; its copy is identical
+            if not (final / GGUF_SOURCE_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(final)
+
+
+def write_gguf_model_dir(gguf_file: str, out: Path) -> None:
+    """config.json, generation_config.json, the tokenizer files and gguf_source.json for `gguf_file`."""
+    reader = open_gguf(gguf_file)
+    config = gguf_hf_config(gguf_file, reader)
+    config.save_pretrained(str(out))
+    eos = config.eos_token_id
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos, "bos_token_id": config.bos_token_id}))
+    tokenizer = gguf_tokenizer(gguf_file)
+    if isinstance(eos, int):  # the GGUF's eos id (transformers <= 5.17 keep the converter's default eos token)
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
+    tokenizer.save_pretrained(str(out))
+    write_tensor_index(reader, out / TENSOR_INDEX_FILE)
+    (out / GGUF_SOURCE_FILE).write_text(json.dumps({"gguf_file": gguf_file}))
+
+
+def gguf_hf_config(gguf_file: str, reader=None):
+    """The transformers config transformers itself builds from the GGUF metadata, plus `architectures`
+    and the head size GGUF states (attention.key_length), which transformers' mapping drops for Qwen3."""
+    from transformers import AutoConfig
+
+    path = Path(gguf_file)
+    fields = (reader or open_gguf(gguf_file)).fields
+    arch = fields["general.architecture"].contents() if "general.architecture" in fields else None
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(f"GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}")
+    try:
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ValueError(f"cannot read the GGUF metadata of {gguf_file!r}: {exc}") from exc
+    config.architectures = [GGUF_ARCHITECTURES.get(config.model_type, GGUF_ARCHITECTURES[arch])]
+    key_length = fields.get(f"{arch}.attention.key_length")
+    if key_length is not None:
+        config.head_dim = int(key_length.contents())
+    return config
+
+
+def gguf_tokenizer(gguf_file: str):
+    """The fast tokenizer transformers converts from the GGUF vocabulary, merges, special ids and template."""
+    from transformers import AutoTokenizer
+
+    path = Path(gguf_file)
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ValueError(f"cannot build a tokenizer from the GGUF metadata of {gguf_file!r}: {exc}") from exc
