@@ -45,7 +45,7 @@ REQUESTS = [
 @pytest.fixture(scope="module")
 def engine():
     # the shared server's settings (tests/server_fixtures.DEFAULT_ARGS), on the same demo model
-    e = Engine(None, device="cpu", max_total_tokens=16384)
+    e = Engine("random-demo", device="cpu", max_total_tokens=16384)
     yield e
     e.shutdown()
 
