@@ -7,6 +7,7 @@ achieved bandwidth (decode) or TFLOP/s (extend) per variant, then one JSON line 
 
 from __future__ import annotations
 
+import functools
 import json
 
 import torch
@@ -47,7 +48,7 @@ def bench_decode() -> list[dict]:
         for block_n, warps, stages in DECODE_VARIANTS:
             for splits in splits_options:
                 out = torch.empty_like(q)
-                fn = lambda: decode_attention(q, out, k, v, table, idx, seq, ws, splits, D**-0.5, block_n, warps, stages)  # noqa: E731
+                fn = functools.partial(decode_attention, q, out, k, v, table, idx, seq, ws, splits, D**-0.5, block_n, warps, stages)
                 ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
                 err = rel_err(out, ref) if ref is not None else None
                 rows.append(dict(kernel="decode", bs=bs, ctx=ctx, block_n=block_n, warps=warps, stages=stages,
@@ -68,7 +69,7 @@ def bench_extend() -> list[dict]:
     tflop = bs * H * ext * ext * D * 2 / 1e12  # causal: half of 4 * ext^2 * D per head
     for config in EXTEND_VARIANTS:
         out = torch.empty_like(q)
-        fn = lambda: extend_attention(q, out, k, v, table, idx, seq, seq, starts, ext, D**-0.5, config)  # noqa: E731
+        fn = functools.partial(extend_attention, q, out, k, v, table, idx, seq, seq, starts, ext, D**-0.5, config)
         ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
         rows.append(dict(kernel="extend", config=config, ms=ms, tflop_s=tflop / ms * 1e3, rel_err=rel_err(out, ref)))
     return rows

@@ -17,7 +17,7 @@ import triton.testing
 from sgl_runtime.kernels.fused_moe import block_config, fused_experts, fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
 
-E, K, H, I, DT = 128, 8, 2048, 768, torch.bfloat16
+E, K, H, I, DT = 128, 8, 2048, 768, torch.bfloat16  # noqa: E741 - I: the expert intermediate size
 TOKENS = [1, 8, 32, 128, 256, 1024, 4096, 16384]
 VARIANTS = [  # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages
     (16, 64, 128, 1, 4, 3), (16, 128, 128, 1, 4, 3), (32, 64, 128, 8, 4, 3), (32, 128, 64, 8, 4, 4),

@@ -73,9 +73,9 @@ def _signature(order: tuple) -> inspect.Signature:
     return inspect.Signature([inspect.Parameter(n, kind, default=None) for n in ("name", *order)])
 
 
-gen.__signature__ = _signature(GEN_ORDER)
-gen_int.__signature__ = _signature(GEN_INT_ORDER)
-gen_string.__signature__ = _signature(GEN_INT_ORDER)
+gen.__signature__ = _signature(GEN_ORDER)  # type: ignore[attr-defined]
+gen_int.__signature__ = _signature(GEN_INT_ORDER)  # type: ignore[attr-defined]
+gen_string.__signature__ = _signature(GEN_INT_ORDER)  # type: ignore[attr-defined]
 
 
 def select(name: Optional[str] = None, choices: Optional[list] = None, temperature: float = 0.0,

@@ -187,7 +187,7 @@ class StreamExecutor:
             return None
         value = spec.take(params)
         if value is None:
-            prediction = self.backend.generate_speculative(self, params, self.num_api_spec_tokens)
+            prediction = self.backend.generate_speculative(self, params, self.num_api_spec_tokens or 0)
             if prediction is None:
                 return None
             spec.reset(*prediction)
@@ -245,7 +245,7 @@ class StreamExecutor:
         elif template.preamble:
             self._append(template.preamble)
 
-    def _register(self, name: str) -> threading.Event:
+    def _register(self, name: Optional[str]) -> threading.Event:
         return self.variable_event.setdefault(name, threading.Event())
 
     def _append_constant(self, text: str) -> None:
@@ -272,7 +272,7 @@ class StreamExecutor:
         with self.changed:
             chunks.append((text, meta))
 
-    def _publish(self, name: str, value: Any, meta: dict) -> None:
+    def _publish(self, name: Optional[str], value: Any, meta: dict) -> None:
         with self.changed:
             self.variables[name] = value
             self.meta_info[name] = meta

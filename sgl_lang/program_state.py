@@ -129,7 +129,7 @@ class ProgramState:
         executor, sent = self.stream_executor, 0
         while True:
             with executor.changed:
-                executor.changed.wait_for(lambda: self._stream_ready(var_name, sent))
+                executor.changed.wait_for(lambda: self._stream_ready(var_name, sent))  # noqa: B023 - called at once
                 current, done = self._stream_snapshot(var_name)
             if len(current) > sent:
                 yield current[sent:]
@@ -173,13 +173,13 @@ class ProgramState:
         return_meta_data=True (a variable's stream only), yields (chunk, meta_info) pairs."""
         if return_meta_data and var_name is None:
             raise ValueError("text_async_iter(return_meta_data=True) needs a variable name")
-        chunks = self._meta_iter(var_name) if return_meta_data else self.text_iter(var_name)
+        chunks = self._meta_iter(var_name) if return_meta_data and var_name is not None else self.text_iter(var_name)
         loop = asyncio.get_running_loop()
         while True:
             chunk = await loop.run_in_executor(None, next, chunks, _STOP)
             if chunk is _STOP:
                 return
-            yield chunk
+            yield str(chunk)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.text_async_iter()

@@ -141,7 +141,8 @@ class SglSamplingParams:
 
     def to_request(self) -> tuple[dict, dict]:
         """(sampling_params, top-level request fields) for the runtime's /generate, Nones dropped."""
-        sampling, request = {}, {}
+        sampling: dict[str, Any] = {}
+        request: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None or f.metadata["dest"] == LOCAL:

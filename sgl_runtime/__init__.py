@@ -16,4 +16,4 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["Engine", "ServerArgs"]
+__all__ = ["Engine", "ServerArgs", "__version__"]

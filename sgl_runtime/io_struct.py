@@ -32,6 +32,7 @@ class GenerateReqInput:
     top_logprobs_num: Union[int, list[int]] = 0
     token_ids_logprob: Optional[Union[list[int], list[list[int]]]] = None  # ids scored at every position
     return_text_in_logprobs: bool = False
+    timeout: Optional[float] = None  # seconds; past it the request is aborted (default --request-timeout)
 
 
 # --------------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ class ReqTokenOutput:
     index: int = 0  # which of the request's n samples this is (n > 1 fans out inside the scheduler)
     forward_passes: int = 0  # forward passes the request took part in (jump-forward makes it < tokens)
     prompt_tail_ids: tuple = ()  # last prompt tokens: context to decode the first output token (SentencePiece)
+    queue_time: Optional[float] = None  # seconds the request waited in the scheduler before its first prefill
 
 
 @dataclass

@@ -9,11 +9,11 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
 from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
-from sgl_runtime.process.ipc import IpcAddresses, configure_logging
+from sgl_runtime.preflight import check_server_args
+from sgl_runtime.process.ipc import IpcAddresses, configure_logging, remove_stale_ipc_dirs
 from sgl_runtime.scheduler.tp_worker_process import check_tp_config, start_tp_workers, with_rendezvous
 from sgl_runtime.server.request_tokenizer import ModelInfo
 from sgl_runtime.server_args import ServerArgs, parse_args
@@ -35,7 +35,10 @@ def launch_server(server_args: ServerArgs) -> int:
     """Run the server until it is stopped; return the process exit code (0 clean, 1 failure)."""
     configure_logging(server_args.log_level)
     signal.signal(signal.SIGTERM, _exit_on_signal)  # clean up children if stopped while starting
+    for folder in remove_stale_ipc_dirs():
+        logger.info("removed the IPC folder %s of a server that is gone", folder)
     try:
+        check_server_args(server_args)
         if server_args.node_rank == 0:
             check_port_free(server_args.host, server_args.port)
         server_args = with_rendezvous(resolve_model(server_args))
@@ -44,6 +47,7 @@ def launch_server(server_args: ServerArgs) -> int:
     except (OSError, ValueError) as exc:
         logger.error("cannot start the server: %s", exc)
         return 1
+    _log_compat_flags(server_args)
     addresses = IpcAddresses.make()
     children = ChildProcesses()
     try:
@@ -51,7 +55,7 @@ def launch_server(server_args: ServerArgs) -> int:
             return _serve_ranks(server_args, children)
         return _serve(server_args, model_info, addresses, children)
     except ChildProcessFailed as exc:
-        logger.error("server failed: %s", exc)
+        logger.error("cannot start the server: %s", exc)
         return 1
     except (KeyboardInterrupt, StopSignal):
         logger.info("stopped by signal")
@@ -60,7 +64,7 @@ def launch_server(server_args: ServerArgs) -> int:
         return exc.code if isinstance(exc.code, int) and exc.code else 1
     finally:
         children.stop()
-        shutil.rmtree(Path(addresses.paths()[0]).parent, ignore_errors=True)
+        shutil.rmtree(addresses.folder, ignore_errors=True)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -86,6 +90,7 @@ def resolve_model(server_args: ServerArgs) -> ServerArgs:
 def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, children: ChildProcesses) -> int:
     import uvicorn
 
+    from sgl_runtime.server.graceful import DrainingServer
     from sgl_runtime.server.http_server import build_app
     from sgl_runtime.server.metrics import ServerMetrics
     from sgl_runtime.detokenizer.detokenizer_manager import run_detokenizer_process
@@ -99,21 +104,22 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     metrics = ServerMetrics()
     tm = TokenizerManager(server_args, model_info, ZmqTransport(addresses), metrics)
     infos = children.wait_ready()
-    logger.info("scheduler ready: %s", infos["scheduler"].get("stats"))
+    stats = infos["scheduler"].get("stats") or {}
+    logger.info("scheduler ready: %s", stats)
+    tm.admission.capacity = int(stats.get("max_running_requests") or 0)
     process_ids = {name: process.pid for name, process in children.processes.items()}
     config = uvicorn.Config(build_app(tm, metrics, process_ids), host=server_args.host, port=server_args.port,
                             log_level=server_args.log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    server = uvicorn.Server(config)
-    failures: list[str] = []
+    server = DrainingServer(config, tm, server_args.graceful_shutdown_timeout)
 
     def on_child_failure(message: str) -> None:
         logger.error("shutting down: %s", message)
-        failures.append(message)
+        server.failure = message
         server.should_exit = True
 
     children.watch(on_child_failure)
     server.run()
-    if failures or not server.started:
+    if server.failure or not server.started:
         return 1
     return 0
 
@@ -136,6 +142,12 @@ def _serve_ranks(server_args: ServerArgs, children: ChildProcesses) -> int:
         return 0
     logger.error("node %d shutting down: %s", server_args.node_rank, ended[0])
     return 1
+def _log_compat_flags(server_args: ServerArgs) -> None:
+    """SGLang flags accepted as no-ops say so once."""
+    if server_args.enable_metrics:
+        logger.info("--enable-metrics: metrics are always on (GET /metrics)")
+    if server_args.trust_remote_code:
+        logger.info("--trust-remote-code: accepted; no remote code is run (the architectures are built in)")
 
 
 class StopSignal(BaseException):

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from sgl_runtime.sglang_fields import SAMPLING_PARAMS, UnsupportedFieldError, strip_sglang_fields
 from sgl_runtime.json_schema_options import JsonSchemaOptions, JsonSchemaSpec
+
+
+SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 63 - 1  # a signed 64-bit seed (OpenAI's range); seed + n stays < 2**64
+BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
 
 
 class InvalidRequestError(ValueError):
@@ -60,6 +65,11 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 bad(name, f"must be a number, got {value!r}")
+            if not math.isfinite(value):
+                bad(name, f"must be a finite number, got {value!r}")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                bad(name, f"must be a boolean (true or false), got {getattr(self, name)!r}")
         if self.max_new_tokens < 0:
             bad("max_new_tokens", f"must be >= 0, got {self.max_new_tokens}")
         if self.min_new_tokens < 0:
@@ -84,6 +94,8 @@ class SamplingParams:
             bad("n", f"must be >= 1, got {self.n}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             bad("seed", f"must be an integer, got {self.seed!r}")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            bad("seed", f"must be a 64-bit signed integer in [{SEED_MIN}, {SEED_MAX}], got {self.seed}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", "must be a non-empty string or a list of non-empty strings")
         for pattern in self.stop_regex:

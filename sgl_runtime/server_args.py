@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -11,6 +12,7 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "random")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
+API_KEY_ENV_VARS = ("SGLANG_API_KEY", "SGL_RUNTIME_API_KEY")  # read when --api-key is not given
 
 
 def _arg(default: Any, help: str, choices: Optional[tuple] = None, **extra: Any):
@@ -41,9 +43,36 @@ class ServerArgs:
     # HTTP
     host: str = _arg("127.0.0.1", "Address to bind.")
     port: int = _arg(30000, "Port to bind.")
-    api_key: Optional[str] = _arg(None, "Require this key as 'Authorization: Bearer KEY' on every request except GET /health.")
+    api_key: Optional[str] = _arg(
+        None, "Require this key as 'Authorization: Bearer KEY' on every request except GET /health (default: "
+        "$SGLANG_API_KEY or $SGL_RUNTIME_API_KEY, which keeps the key out of `ps`).")
     log_level: str = _arg("info", "Logging level.", ("debug", "info", "warning", "error"))
-    log_interval: int = _arg(40, "Log batch statistics every this many decode steps.")
+    log_interval: int = _arg(40, "Log batch statistics every this many decode steps.",
+                             aliases=("--decode-log-interval",))
+    log_requests: bool = _arg(False, "Log every request's arrival (rid, prompt size, parameters) and finish (rid, "
+                              "tokens, latency).")
+    enable_metrics: bool = _arg(False, "Accepted for SGLang compatibility: /metrics is always served.")
+    max_request_body_bytes: int = _arg(64 * 2 ** 20, "Largest request body accepted (bigger bodies get a 413).")
+
+    # Overload, deadlines and faults
+    max_queued_requests: Optional[int] = _arg(
+        None, "Requests allowed to wait beyond the running capacity; more get a 503 with Retry-After "
+        "(default: unbounded).")
+    max_sequences_per_request: int = _arg(512, "Most sequences (prompts x n) one request may ask for.")
+    request_timeout: Optional[float] = _arg(
+        None, "Default per-request deadline in seconds (a request's own 'timeout' field overrides it); a request "
+        "past it is aborted with a 408.")
+    graceful_shutdown_timeout: float = _arg(
+        30.0, "On SIGTERM: stop accepting, let in-flight requests finish for up to this many seconds, then abort "
+        "the rest with an error and exit 0.")
+    watchdog_timeout: float = _arg(300.0, "End the server with an error when the scheduler makes no progress for "
+                                   "this many seconds while it has work.")
+    skip_server_warmup: bool = _arg(False, "Skip the scheduler's warm-up request at start-up.")
+    trust_remote_code: bool = _arg(False, "Accepted for SGLang compatibility; no remote code is ever run (the "
+                                   "supported architectures are built in).")
+    sampling_defaults: str = _arg(
+        "openai", "Defaults of unset sampling parameters: openai (temperature 1, top_p 1, ...) or model (the "
+        "checkpoint's generation_config.json).", ("openai", "model"))
 
     # Tensor parallelism (SGLang's flag names)
     tp_size: int = _arg(1, "Tensor-parallel ranks (GPUs) one model is sharded over; one process per rank.")
@@ -106,6 +135,17 @@ class ServerArgs:
         self._check_parallelism()
         if self.stream_interval < 1:
             raise ValueError(f"stream_interval must be >= 1, got {self.stream_interval}")
+        for name in ("max_request_body_bytes", "max_sequences_per_request", "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 0:
+            raise ValueError(f"max_queued_requests must be >= 0, got {self.max_queued_requests}")
+        for name in ("request_timeout", "watchdog_timeout", "constraint_compile_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        if self.graceful_shutdown_timeout < 0:
+            raise ValueError(f"graceful_shutdown_timeout must be >= 0, got {self.graceful_shutdown_timeout}")
 
     def _check_parallelism(self) -> None:
         if self.tp_size < 1 or self.nnodes < 1:
@@ -150,13 +190,14 @@ class ServerArgs:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(ServerArgs):
-            flag = "--" + f.name.replace("_", "-")
+            flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
             help_text = f.metadata["help"] + " (default: %(default)s)"
             if f.type in ("bool", bool):
-                parser.add_argument(flag, action="store_true", help=help_text)
+                parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
                 continue
             arg_type = {"int": int, "float": float}.get(str(f.type).replace("Optional[", "").rstrip("]"), str)
-            parser.add_argument(flag, type=arg_type, default=f.default, choices=f.metadata.get("choices"), help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=arg_type, default=f.default,
+                                choices=f.metadata.get("choices"), help=help_text)
 
     @staticmethod
     def from_cli_args(args: argparse.Namespace) -> "ServerArgs":
@@ -177,4 +218,7 @@ def parse_args(argv: Optional[list] = None) -> ServerArgs:
         description="Serve a Hugging Face model with RadixAttention and constrained decoding.",
     )
     ServerArgs.add_cli_args(parser)
-    return ServerArgs.from_cli_args(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if args.api_key is None:  # a key in the environment stays out of `ps`
+        args.api_key = next((os.environ[name] for name in API_KEY_ENV_VARS if os.environ.get(name)), None)
+    return ServerArgs.from_cli_args(args)

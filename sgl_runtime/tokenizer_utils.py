@@ -55,6 +55,16 @@ def read_checkpoint_eos_ids(model_path: str) -> set[int]:
     return set()
 
 
+GENERATION_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def read_generation_defaults(model_path: str) -> dict:
+    """The sampling defaults a checkpoint recommends (generation_config.json), for --sampling-defaults model."""
+    data = _read_json(os.path.join(model_path, "generation_config.json"))
+    return {key: data[key] for key in GENERATION_DEFAULT_KEYS if isinstance(data.get(key), (int, float))
+            and not isinstance(data.get(key), bool)}
+
+
 def read_tokenizer_eos_ids(path: str) -> set[int]:
     """The tokenizer's eos token id, read from its files without building the tokenizer (cheap)."""
     config = _read_json(os.path.join(path, "tokenizer_config.json"))
@@ -83,8 +93,16 @@ def _read_json(path: str) -> dict:
         return json.load(f)
 
 
+def chat_template_is_path(template: str) -> bool:
+    """Jinja text has a tag ({{ or {%); anything else is a file name."""
+    return "{{" not in template and "{%" not in template
+
+
 def _read_chat_template(template: str) -> str:
-    if os.path.isfile(template):
-        with open(template, encoding="utf-8") as f:
-            return f.read()
-    return template
+    if not chat_template_is_path(template):
+        return template
+    if not os.path.isfile(template):
+        raise FileNotFoundError(f"chat template file {template!r} does not exist (give a Jinja file or the "
+                                "template text itself)")
+    with open(template, encoding="utf-8") as f:
+        return f.read()

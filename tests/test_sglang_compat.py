@@ -93,7 +93,7 @@ def test_sgl_lang_exports_sglang_program_names_with_the_same_signatures():
 
 
 def _default(value):
-    return type(value).__name__ if hasattr(value, "__call__") and not isinstance(value, type) else value
+    return type(value).__name__ if callable(value) and not isinstance(value, type) else value
 
 
 def test_image_and_video_say_not_supported_by_this_runtime():

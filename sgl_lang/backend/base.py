@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
 from sgl_lang.chat_template import PLAIN_TEMPLATE, ChatTemplate
 from sgl_lang.choices import ChoicesDecision, ChoicesSamplingMethod
@@ -15,7 +15,7 @@ class StreamExecutor(Protocol):
     text_: str
     messages_: list
     cur_role: Optional[str]
-    cur_role_begin_pos: Optional[int]
+    cur_role_begin_pos: int
     num_api_spec_tokens: Optional[int]
 
 
@@ -43,8 +43,8 @@ class BaseBackend:
     def commit_lazy_operations(self, s: "StreamExecutor") -> None:
         """Send the text so far so that forks share its cached prefix (no-op where unsupported)."""
 
-    def generate(self, s: "StreamExecutor", sampling_params: SglSamplingParams) -> tuple[str, dict]:
-        """Continue `s.text_`; return (generated text, meta info)."""
+    def generate(self, s: "StreamExecutor", sampling_params: SglSamplingParams) -> tuple[Any, Any]:
+        """Continue `s.text_`; return (generated text, meta info), or lists of them for n > 1."""
         raise NotImplementedError
 
     def generate_stream(self, s: "StreamExecutor", sampling_params: SglSamplingParams) -> Iterator[tuple[str, dict]]:

@@ -48,6 +48,8 @@ class Runtime:
     def _wait_until_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.process is None:
+                raise RuntimeError("the sgl_runtime server was shut down while starting")
             code = self.process.poll()
             if code is not None:
                 log = self.log_tail()

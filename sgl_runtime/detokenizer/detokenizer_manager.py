@@ -66,7 +66,19 @@ class DetokenizerManager:
         self.states: dict[str, _ReqDecodeState] = {}
 
     def process(self, batch: BatchTokenIDOut) -> BatchStrOut:
-        return BatchStrOut(outputs=[self._process_one(out) for out in batch.outputs])
+        return BatchStrOut(outputs=[self._process_safely(out) for out in batch.outputs])
+
+    def _process_safely(self, out: ReqTokenOutput) -> ReqStrOutput:
+        """One request's output; if it raises, that request fails with the error and the others go on
+        (the scheduler is told nothing: the TokenizerManager aborts a request that reports an error)."""
+        try:
+            return self._process_one(out)
+        except Exception as exc:  # noqa: BLE001 - the front half validates; this is a bug, not bad input
+            logger.exception("rid=%s: cannot detokenize the output; failing the request", out.rid)
+            self.states.pop(out.rid, None)
+            message = f"internal error while detokenizing: {type(exc).__name__}: {exc}"
+            return ReqStrOutput(rid=out.rid, text_delta="", new_output_ids=[], finished_reason={
+                "type": "abort", "message": message}, meta_info={"error": message})
 
     def _process_one(self, out: ReqTokenOutput) -> ReqStrOutput:
         state = self.states.get(out.rid)
@@ -122,6 +134,8 @@ class DetokenizerManager:
         }
         if out.error is not None:
             meta["error"] = out.error
+        if out.queue_time is not None:
+            meta["queue_time"] = out.queue_time
         if out.input_token_logprobs is not None:
             meta["input_token_logprobs"] = self._token_entries(out.input_token_logprobs)
         if out.input_top_logprobs is not None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
-import traceback
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import zmq
 
+IPC_DIR_PREFIX = "sgl_runtime_ipc_"
+OWNER_FILE = "owner.pid"
 LOG_FORMAT = "[%(asctime)s %(processName)s] %(levelname)s %(name)s: %(message)s"
 
 
@@ -26,12 +30,43 @@ class IpcAddresses:
 
     @staticmethod
     def make() -> "IpcAddresses":
-        folder = tempfile.mkdtemp(prefix="sgl_runtime_ipc_")
+        """Fresh socket paths in a new folder that records its owner's pid (see remove_stale_ipc_dirs)."""
+        folder = tempfile.mkdtemp(prefix=IPC_DIR_PREFIX)
+        Path(folder, OWNER_FILE).write_text(str(os.getpid()))
         return IpcAddresses(*(f"ipc://{folder}/{name}" for name in ("scheduler", "detokenizer", "tokenizer")))
+
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(self.paths()[0])
 
     def paths(self) -> list[str]:
         return [a[len("ipc://"):] for a in (self.tokenizer_to_scheduler, self.scheduler_to_detokenizer,
                                             self.detokenizer_to_tokenizer)]
+
+
+def remove_stale_ipc_dirs(root: Optional[str] = None) -> list[str]:
+    """Remove the IPC folders of servers that are gone (killed with SIGKILL, so their own cleanup
+    never ran); a folder whose owner is alive, or that has no owner file yet, is left alone."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(IPC_DIR_PREFIX + "*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def make_socket(context: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Socket:
@@ -97,9 +132,11 @@ def die_with_parent() -> None:
 
 
 def report_fatal(conn, what: str) -> None:
-    """Log the exception being handled and tell the parent (over its readiness pipe) why this child stops."""
-    message = f"{what}:\n{traceback.format_exc()}"
-    logging.getLogger(__name__).error(message)
+    """Log the exception being handled (its traceback, once, here) and tell the parent in one line
+    (over its readiness pipe) why this child stops."""
+    exc = sys.exc_info()[1]
+    logging.getLogger(__name__).exception(what)
+    message = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
     try:
         conn.send({"status": "error", "message": message})
     except (OSError, ValueError):

@@ -124,6 +124,7 @@ def make_token_output(req: Req) -> ReqTokenOutput:
         stop_regexes=tuple(params.stop_regex),
         index=req.index,
         forward_passes=req.forward_passes,
+        queue_time=req.queue_time,
     )
     if req.return_logprob:
         if not req.input_logprobs_sent and (req.input_token_logprobs is not None or req.finished):

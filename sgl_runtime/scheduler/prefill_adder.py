@@ -4,6 +4,7 @@ the new-token reservation ratio, and retraction when decode memory runs out."""
 from __future__ import annotations
 
 import enum
+import time
 from typing import Optional
 
 import torch
@@ -142,6 +143,7 @@ class PrefillAdder:
         prefix_len = len(req.prefix_indices)
         if req.cached_tokens is None:
             req.cached_tokens = prefix_len
+            req.queue_time = time.monotonic() - req.arrival_time
         self.hit_tokens += prefix_len
 
     def _spend(self, input_tokens: int, output_tokens: int) -> None:

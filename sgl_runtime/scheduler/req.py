@@ -61,6 +61,7 @@ class Req:
         self.cache_protected_len = 0
         self.extend_input_len = 0
         self.cached_tokens: Optional[int] = None  # prefix hit at first admission
+        self.queue_time: Optional[float] = None  # seconds from arrival in the scheduler to first admission
 
         # Outcome and reporting
         self.finished_reason: Optional[dict] = None

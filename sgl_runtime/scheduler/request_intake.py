@@ -48,6 +48,17 @@ def build_reqs(msg: TokenizedGenerateReqInput, context_length: int, eos_token_id
     ]
 
 
+def failed_reqs(msg: TokenizedGenerateReqInput, message: str) -> list[Req]:
+    """Stand-in requests, already aborted with `message`, for a request that could not be built
+    (so its client gets the error instead of waiting forever)."""
+    count = getattr(msg.sampling_params, "n", 1)
+    reqs = [Req(msg.rid, [0], SamplingParams(max_new_tokens=0), index=i)
+            for i in range(count if isinstance(count, int) and 0 < count <= 1024 else 1)]
+    for req in reqs:
+        req.abort(message)
+    return reqs
+
+
 def prefix_caching_req(msg: TokenizedGenerateReqInput) -> Req:
     """The hidden request that prefills (and caches) the prompt of an n > 1 request once, so that its
     n samples share the prefix instead of computing it n times in the same batch."""

@@ -21,7 +21,9 @@ from sgl_runtime.scheduler.decode_policy import DecodePolicy
 from sgl_runtime.scheduler.overlap import InflightDecode, OverlapMixin, launch_forward
 from sgl_runtime.scheduler.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
 from sgl_runtime.scheduler.req import Req
-from sgl_runtime.scheduler.request_intake import ConstraintWaiter, build_reqs, prefix_caching_req, validate_request
+from sgl_runtime.scheduler.request_intake import (
+    ConstraintWaiter, build_reqs, failed_reqs, prefix_caching_req, validate_request,
+)
 from sgl_runtime.scheduler.schedule_batch import ScheduleBatch, cache_unfinished_req, release_req_kv
 from sgl_runtime.scheduler.schedule_policy import SchedulePolicy
 from sgl_runtime.scheduler.scheduler_metrics import SchedulerMetrics
@@ -156,6 +158,19 @@ class Scheduler(OverlapMixin):
 
     # ================================================================== intake
     def _add_request(self, msg: TokenizedGenerateReqInput) -> None:
+        """Queue a request; one that raises while being built or queued fails alone (its client gets
+        the error), and the scheduler keeps serving the others."""
+        try:
+            self._queue_request(msg)
+        except Exception as exc:  # noqa: BLE001 - the front half validates; this is a bug, not bad input
+            logger.exception("rid=%s: cannot queue the request; failing it", msg.rid)
+            self._fail_unqueued(msg, f"internal error while queueing the request: {type(exc).__name__}: {exc}")
+
+    def _fail_unqueued(self, msg: TokenizedGenerateReqInput, message: str) -> None:
+        self.abort(msg.rid)  # whatever part of it did get queued
+        self.outbox = [r for r in self.outbox if r.rid != msg.rid] + failed_reqs(msg, message)
+
+    def _queue_request(self, msg: TokenizedGenerateReqInput) -> None:
         reqs = build_reqs(msg, self.model_config.context_length, self.eos_token_ids, self.tokenizer)
         error = validate_request(msg, self.model_config.context_length, self.model_config.vocab_size,
                                  self.max_total_num_tokens)
@@ -341,7 +356,8 @@ class Scheduler(OverlapMixin):
         A tensor-parallel failure is re-raised: the ranks no longer agree, so nothing can run again."""
         if isinstance(error, TensorParallelError):
             raise error
-        logger.exception("batch of %d request(s) failed; aborting them", len(batch))
+        logger.exception("batch of %d request(s) failed; aborting them (rid=%s)", len(batch),
+                         ",".join(r.rid for r in batch.reqs))
         message = f"internal error: {type(error).__name__}: {error}"
         if batch.out_cache_loc is not None and not batch.committed:
             self.token_to_kv_pool.free(batch.out_cache_loc)

@@ -17,6 +17,7 @@ import zmq
 
 from sgl_runtime.process.ipc import report_fatal, ChildLifetime, IpcAddresses, make_socket, setup_child_process
 from sgl_runtime.scheduler.scheduler_endpoint import SchedulerEndpoint
+from sgl_runtime.scheduler.watchdog import Watchdog
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -33,8 +34,9 @@ def run_scheduler_process(server_args: ServerArgs, addresses: IpcAddresses, conn
         report_fatal(conn, "scheduler failed to start")
         sys.exit(1)
     conn.send({"status": "ready", "stats": loop.stats()})
+    watchdog = Watchdog(server_args.watchdog_timeout, lambda message: _tell_parent(conn, message)).start()
     try:
-        loop.run_forever()
+        loop.run_forever(watchdog.feed)
     except Exception:
         report_fatal(conn, "scheduler crashed")
         lifetime.exit(1)
@@ -51,14 +53,18 @@ class SchedulerLoop:
         self.lifetime = lifetime
         self.scheduler = Scheduler(server_args)
         self.endpoint = SchedulerEndpoint(self.scheduler)
-        self.endpoint.warm_up()
+        if server_args.skip_server_warmup:
+            logger.info("warm-up skipped (--skip-server-warmup)")
+        else:
+            self.endpoint.warm_up()
         self.scheduler.constraints.start()
         context = zmq.Context(1)
         self.inbox = make_socket(context, zmq.PULL, addresses.tokenizer_to_scheduler, bind=True)
         self.outbox = make_socket(context, zmq.PUSH, addresses.scheduler_to_detokenizer, bind=False)
 
-    def run_forever(self) -> None:
+    def run_forever(self, on_progress=lambda: None) -> None:
         while self.lifetime.keep_running():
+            on_progress()
             idle = not self.scheduler.has_work()
             if not self._process_inbox(block=idle) and idle:
                 self.scheduler.model_runner.heartbeat()  # a rank on another node may have died meanwhile
@@ -80,6 +86,17 @@ class SchedulerLoop:
                 message = self.inbox.recv_pyobj(zmq.NOBLOCK)
             except zmq.Again:
                 return True
-            reply = self.endpoint.receive(message)
+            try:
+                reply = self.endpoint.receive(message)
+            except Exception:  # noqa: BLE001 - one bad control message must not end the process
+                logger.exception("cannot handle a %s message; ignoring it", type(message).__name__)
+                continue
             if reply is not None:
                 self.outbox.send_pyobj(reply)
+
+
+def _tell_parent(conn: Connection, message: str) -> None:
+    try:
+        conn.send({"status": "error", "message": message})
+    except (OSError, ValueError):
+        pass

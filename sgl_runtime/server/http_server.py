@@ -6,19 +6,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from sgl_runtime.version import __version__
 from sgl_runtime.server.metrics import CONTENT_TYPE, ServerMetrics
 from sgl_runtime.server.openai_api import build_openai_router
-from sgl_runtime.server.openai_protocol import describe_validation_errors, error_response
 from sgl_runtime.server.sglang_routes import IncrementalLogprobs, build_sglang_router
+from sgl_runtime.server.auth import install_api_key_check
+from sgl_runtime.server.errors import api_error, install_error_handlers
+from sgl_runtime.server.json_body import json_body
+from sgl_runtime.server.openai_protocol import error_response
 from sgl_runtime.server.sse import SafeJSONResponse, sse_event, sse_stream
 from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.server.generate_request import parse_generate_body
@@ -27,7 +28,6 @@ from sgl_runtime.sampling_params import InvalidRequestError
 
 logger = logging.getLogger(__name__)
 
-OPEN_PATHS = ("/health",)  # answered without an API key (liveness probes)
 HEALTH_GENERATE_TIMEOUT_S = 60.0
 SPECIAL_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token")
 
@@ -43,9 +43,10 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
 
     app = FastAPI(title="sgl_runtime", version=__version__, lifespan=lifespan,
                   default_response_class=SafeJSONResponse)
-    _install_error_handlers(app)
+    install_error_handlers(app)
+    _install_disconnect_handler(app)
     if args.api_key:
-        _install_api_key_check(app, args.api_key)
+        install_api_key_check(app, args.api_key)
     app.include_router(build_openai_router(tm, args.model_name, tm.model_info.context_length))
     app.include_router(build_sglang_router(tm))
 
@@ -56,6 +57,11 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
 
     @app.get("/health")
     async def health() -> Response:
+        if tm.admission.draining:
+            return error_response(503, "the server is shutting down", "server_error")
+        not_ready = tm.not_ready_reason()
+        if not_ready:  # 200 only once every process, the constraint validators included, can serve
+            return error_response(503, f"the server is starting: {not_ready}", "server_error")
         return Response(status_code=200)
 
     @app.get("/health_generate")
@@ -96,11 +102,13 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
         server_args = dataclasses.asdict(args)
         server_args["api_key"] = "***" if args.api_key else None
         return {**server_args, "version": __version__, "context_length": tm.model_info.context_length,
-                "process_ids": dict(process_ids or {}), "scheduler_stats": await tm.get_stats()}
+                "process_ids": dict(process_ids or {}),
+                "scheduler_stats": await tm.get_stats()}
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
-        return Response(metrics.exposition(await tm.get_stats()), media_type=CONTENT_TYPE)
+        counters = {"overload_rejected_requests": tm.admission.rejected}
+        return Response(metrics.exposition(await tm.get_stats(), counters), media_type=CONTENT_TYPE)
 
     return app
 
@@ -129,11 +137,7 @@ async def _first(results: AsyncIterator) -> Any:
 
 
 async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
+    return await json_body(request)
 
 
 def _model_info(tm: TokenizerManager) -> dict[str, Any]:
@@ -153,30 +157,7 @@ def _model_info(tm: TokenizerManager) -> dict[str, Any]:
     return info
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(InvalidRequestError)
-    async def invalid_request(_: Request, exc: InvalidRequestError):
-        return error_response(400, str(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError):
-        message, param = describe_validation_errors(list(exc.errors()))
-        return error_response(400, message, param=param)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception):
-        logger.exception("error while serving %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
-
+def _install_disconnect_handler(app: FastAPI) -> None:
     @app.exception_handler(ClientDisconnected)
-    async def disconnected(_: Request, exc: ClientDisconnected):
-        return error_response(499, "client disconnected; request aborted")
-
-
-def _install_api_key_check(app: FastAPI, api_key: str) -> None:
-    @app.middleware("http")
-    async def check_api_key(request: Request, call_next):
-        if request.url.path in OPEN_PATHS or request.headers.get("authorization") == f"Bearer {api_key}":
-            return await call_next(request)
-        return error_response(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
-                              "invalid_request_error", code="invalid_api_key")
+    async def disconnected(request: Request, exc: ClientDisconnected):
+        return api_error(request, 499, "client disconnected; request aborted")

@@ -3,26 +3,31 @@ in the main process, plus the scheduler's latest statistics exposed as gauges.""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 PREFIX = "sgl_runtime"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _SchedulerStatsCollector:
-    """Every numeric field of the scheduler's get_stats() as a gauge, read at scrape time."""
+    """Every numeric field of the scheduler's get_stats() as a gauge, and counters kept elsewhere
+    (constraint compiles), read at scrape time."""
 
     def __init__(self) -> None:
         self.stats: dict[str, Any] = {}
+        self.counters: dict[str, float] = {}
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Any]:
         for key, value in sorted(self.stats.items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 yield GaugeMetricFamily(f"{PREFIX}_{key}", f"Scheduler statistic {key}", value=float(value))
+        for key, value in sorted(self.counters.items()):
+            yield CounterMetricFamily(f"{PREFIX}_{key}", f"Counter {key}", value=float(value))
 
 
 class ServerMetrics:
@@ -35,6 +40,19 @@ class ServerMetrics:
                                      buckets=LATENCY_BUCKETS, registry=r)
         self.time_to_first_token = Histogram(f"{PREFIX}_time_to_first_token_seconds", "Time to the first output token",
                                              buckets=LATENCY_BUCKETS, registry=r)
+        self.inter_token_latency = Histogram(
+            f"{PREFIX}_inter_token_latency_seconds", "Time between consecutive output tokens of a request",
+            buckets=TOKEN_BUCKETS, registry=r)
+        self.time_per_output_token = Histogram(
+            f"{PREFIX}_time_per_output_token_seconds", "Decode time per output token of a finished request (after "
+            "the first)", buckets=TOKEN_BUCKETS, registry=r)
+        self.queue_time = Histogram(f"{PREFIX}_queue_time_seconds", "Time a request waited in the scheduler "
+                                    "before its first prefill", buckets=LATENCY_BUCKETS, registry=r)
+        self.aborted = Counter(f"{PREFIX}_aborted_requests", "Requests that ended aborted (client gone, timeout, "
+                               "error, shutdown)", registry=r)
+        self.jump_forward_tokens = Counter(
+            f"{PREFIX}_jump_forward_tokens", "Output tokens forced by a constraint (no forward pass of their own)",
+            registry=r)
         self.requests = Counter(f"{PREFIX}_requests", "Finished requests by finish reason", ["finish_reason"], registry=r)
         self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter(f"{PREFIX}_generation_tokens", "Generated tokens of finished requests", registry=r)
@@ -44,15 +62,28 @@ class ServerMetrics:
         """Record a request update (called by the TokenizerManager on every output)."""
         if first_output:
             self.time_to_first_token.observe(state.first_output_time - state.created)
+        elif state.inter_token_latency is not None and not state.finished:
+            self.inter_token_latency.observe(state.inter_token_latency)
         if not state.finished:
             return
+        completion = state.counts["completion_tokens"]
+        if state.first_output_time is not None and state.last_output_time is not None and completion > 1:
+            self.time_per_output_token.observe((state.last_output_time - state.first_output_time) / (completion - 1))
+        if state.queue_time is not None:
+            self.queue_time.observe(state.queue_time)
+        if (state.finished_reason or {}).get("type") == "abort":
+            self.aborted.inc()
+        if state.request.sampling_params.constraint is not None:
+            self.jump_forward_tokens.inc(max(0, completion - state.counts["forward_passes"]))
         self.e2e_latency.observe(state.e2e_latency())
         self.requests.labels(finish_reason=str(state.finished_reason.get("type"))).inc()
         self.prompt_tokens.inc(state.counts["prompt_tokens"])
         self.generation_tokens.inc(state.counts["completion_tokens"])
         self.cached_tokens.inc(state.counts["cached_tokens"])
 
-    def exposition(self, scheduler_stats: dict[str, Any]) -> bytes:
-        """The Prometheus text format, with the given scheduler statistics as gauges."""
+    def exposition(self, scheduler_stats: dict[str, Any], counters: Optional[dict[str, float]] = None) -> bytes:
+        """The Prometheus text format, with the given scheduler statistics as gauges and `counters`
+        (name -> running total) as counters."""
         self._scheduler.stats = dict(scheduler_stats)
+        self._scheduler.counters = dict(counters or {})
         return generate_latest(self.registry)

@@ -18,7 +18,11 @@ from pydantic import BaseModel, ValidationError
 from sgl_runtime.server.openai_protocol import (
     ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields, describe_validation_errors,
 )
-from sgl_runtime.server.openai_responses import StreamBuilder, chat_response, completion_response
+from sgl_runtime.server.json_body import json_body
+from sgl_runtime.server.openai_checks import (
+    check_content_parts, check_prompt_ids, check_single_constraint, native_names,
+)
+from sgl_runtime.server.openai_responses import StreamBuilder, completion_response
 from sgl_runtime.server.sse import sse_event, sse_stream
 from sgl_runtime.server.tool_calls.chat import ChatStreamBuilder, chat_tool_response
 from sgl_runtime.server.tool_calls.output import ChoiceParser
@@ -50,18 +54,20 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
     @router.post("/v1/completions")
     async def completions(request: Request):
         body = await parse_body(request, CompletionRequest)
+        request.state.openai_names = native_names(body, chat=False)
         _reject_unsupported(body)
         if body.suffix:
             raise InvalidRequestError("suffix is not supported")
         if body.best_of is not None and body.best_of != body.n:
             raise InvalidRequestError("best_of is not supported (it must equal n when given)")
+        check_prompt_ids(body_prompt_list(body.prompt), tm.model_info.vocab_size)
         prompts = _completion_prompts(body.prompt, tm.tokenizer)
         params = sampling_params(body, body.max_tokens if body.max_tokens is not None else 16)
         echo_texts = [_prompt_text(p, tm.tokenizer) for p in body_prompt_list(body.prompt)] if body.echo else []
         obj = GenerateReqInput(
             input_ids=prompts, sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
             return_logprob=body.logprobs is not None, top_logprobs_num=body.logprobs or 0,
-            logprob_start_len=0 if body.echo and body.logprobs is not None else -1,
+            logprob_start_len=0 if body.echo and body.logprobs is not None else -1, timeout=body.timeout,
         )
         if body.stream:
             builder = StreamBuilder(model=model_name, chat=False, logprobs=body.logprobs is not None,
@@ -73,6 +79,7 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         body = await parse_body(request, ChatCompletionRequest)
+        request.state.openai_names = native_names(body, chat=True)
         _reject_unsupported(body)
         if body.top_logprobs and not body.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true")
@@ -85,7 +92,7 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         params = plan.constrain(params, open_at_start)
         obj = GenerateReqInput(
             input_ids=[input_ids], sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
-            return_logprob=body.logprobs, top_logprobs_num=body.top_logprobs or 0,
+            return_logprob=body.logprobs, top_logprobs_num=body.top_logprobs or 0, timeout=body.timeout,
         )
         parser = ChoiceParser(plan, open_at_start)
         if body.stream:
@@ -100,11 +107,8 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
 async def parse_body(request: Request, model: type[BaseModel]) -> Any:
     """The JSON body validated into `model`, whatever the Content-Type header says. SGLang's own
     request fields that need nothing here are dropped first (see sglang_fields)."""
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
+    body = await json_body(request)
+    check_content_parts(body)
     table = SGLANG_TABLES.get(model.__name__)
     if isinstance(body, dict) and table is not None:
         try:
@@ -167,7 +171,8 @@ def _prompt_text(prompt: Any, tokenizer) -> str:
 
 
 def _reject_unsupported(body: _SamplingFields) -> None:
-    """Nothing left to reject here: SGLang's unsupported fields are refused while parsing (sglang_fields)."""
+    """SGLang's unsupported fields are refused while parsing (sglang_fields); a constraint given twice here."""
+    check_single_constraint(body)
 
 
 def _include_usage(body: _SamplingFields) -> bool:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+
+from sgl_runtime.server.sse import SafeJSONResponse
 
 
 class _Strict(BaseModel):
@@ -67,6 +68,7 @@ class _SamplingFields(_Strict):
     grammar: Optional[str] = None
     grammar_syntax: Optional[str] = None  # "gbnf" | "lark" (None: detected)
     choices: Optional[list[str]] = None
+    timeout: Optional[float] = None  # seconds; past it the request is aborted (default --request-timeout)
 
 
 class CompletionRequest(_SamplingFields):
@@ -148,11 +150,11 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 def error_response(status_code: int, message: str, err_type: str = "invalid_request_error",
-                   param: Optional[str] = None, code: Any = None) -> JSONResponse:
+                   param: Optional[str] = None, code: Any = None) -> SafeJSONResponse:
     """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
     body = {"error": {"message": message, "type": err_type, "param": param,
                       "code": code if code is not None else status_code}}
-    return JSONResponse(body, status_code=status_code)
+    return SafeJSONResponse(body, status_code=status_code)
 
 
 def describe_validation_errors(errors: list[dict]) -> tuple[str, Optional[str]]:

@@ -30,7 +30,11 @@ class ReqState:
     logprobs: dict = field(default_factory=dict)
     finished_reason: Optional[dict] = None
     error: Optional[str] = None
+    error_code: int = 400  # HTTP status of the error: 400 bad request, 408 timed out, 503 server stopping
     first_output_time: Optional[float] = None
+    last_output_time: Optional[float] = None
+    queue_time: Optional[float] = None  # reported by the scheduler with the first output
+    inter_token_latency: Optional[float] = None  # of the latest update's tokens (None until the second update)
     version: int = 0  # bumped on every update, so a consumer can skip stale queue entries
 
     @property
@@ -43,8 +47,13 @@ class ReqState:
 
     def apply(self, out: ReqStrOutput) -> None:
         """Merge one detokenizer output into the accumulated state and signal the consumer."""
-        if self.first_output_time is None and out.new_output_ids:
-            self.first_output_time = time.perf_counter()
+        if out.new_output_ids:
+            now = time.perf_counter()
+            if self.first_output_time is None:
+                self.first_output_time = now
+            elif self.last_output_time is not None:
+                self.inter_token_latency = (now - self.last_output_time) / len(out.new_output_ids)
+            self.last_output_time = now
         self.text += out.text_delta
         self.output_ids.extend(out.new_output_ids)
         meta = out.meta_info
@@ -57,6 +66,8 @@ class ReqState:
                     self.logprobs.setdefault(key, []).extend(meta[key])
                 else:
                     self.logprobs[key] = meta[key]
+        if meta.get("queue_time") is not None and self.queue_time is None:
+            self.queue_time = meta["queue_time"]
         if meta.get("error"):
             self.error = meta["error"]
         if out.finished_reason is not None:
@@ -64,9 +75,10 @@ class ReqState:
         self.version += 1
         self.updates.put_nowait(self)
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, code: int = 500) -> None:
         """End the request with an error (its client gets it)."""
         self.error = message
+        self.error_code = code
         self.finished_reason = {"type": "abort", "message": message}
         self.version += 1
         self.updates.put_nowait(self)

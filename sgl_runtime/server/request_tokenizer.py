@@ -9,6 +9,7 @@ from typing import Optional
 
 from sgl_runtime.io_struct import TokenizedGenerateReqInput
 from sgl_runtime.server.generate_request import SingleRequest
+from sgl_runtime.server.json_body import check_json_value
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
@@ -36,12 +37,14 @@ class RequestTokenizer:
     """Owns the front half's tokenizer (loaded from the server args unless one is given)."""
 
     def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer=None) -> None:
-        from sgl_runtime.tokenizer_utils import load_tokenizer
+        from sgl_runtime.tokenizer_utils import load_tokenizer, read_generation_defaults
 
         self.server_args = server_args
         self.model_info = model_info
         self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path or server_args.model_path,
                                                      server_args.chat_template)
+        self.sampling_defaults = (read_generation_defaults(server_args.model_path)
+                                  if server_args.sampling_defaults == "model" and server_args.model_path else {})
 
     def chat_prompt_ids(self, messages: list[dict], tools: Optional[list[dict]] = None,
                         template_kwargs: Optional[dict] = None) -> list[int]:
@@ -67,10 +70,11 @@ class RequestTokenizer:
 
     def prepare(self, single: SingleRequest) -> TokenizedGenerateReqInput:
         """Tokenize and validate one request; raise InvalidRequestError naming the problem."""
-        params = SamplingParams.from_dict(single.sampling_params)
+        params = SamplingParams.from_dict({**self.sampling_defaults, **single.sampling_params})
         if single.text is not None:
             if not single.text:
                 raise InvalidRequestError("text: the prompt is empty")
+            check_json_value(single.text, path="text")
             input_ids = self.tokenizer.encode(single.text)
         else:
             input_ids = single.input_ids
@@ -96,10 +100,11 @@ class RequestTokenizer:
         limit = self.model_info.context_length
         if not input_ids:
             raise InvalidRequestError("the prompt is empty (0 tokens)")
-        bad = [t for t in input_ids if not 0 <= t < self.model_info.vocab_size]
-        if bad:
-            raise InvalidRequestError(
-                f"input_ids: token id {bad[0]} is outside the vocabulary [0, {self.model_info.vocab_size})")
+        vocab = self.model_info.vocab_size
+        for name, ids in (("input_ids", input_ids), ("sampling_params.stop_token_ids", params.stop_token_ids)):
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise InvalidRequestError(f"{name}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
         if len(input_ids) >= limit:
             raise InvalidRequestError(f"the prompt has {len(input_ids)} tokens, the model's context length is {limit}")
         if len(input_ids) + params.max_new_tokens > limit:

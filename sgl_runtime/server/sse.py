@@ -30,7 +30,8 @@ def _finite(obj: Any) -> Any:
 
 class SafeJSONResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return dumps(content).encode("utf-8")
+        # a lone surrogate (only possible in an echoed error message) becomes a JSON \u escape
+        return dumps(content).encode("utf-8", "backslashreplace")
 
 
 def sse_event(obj: Any) -> str:

@@ -179,7 +179,7 @@ class GrammarEngine:
             terminal_dfa(terminal, self._dfa_cache)
         for basic in {id(b): b for b in self._lexers.values()}.values():
             try:
-                basic.scanner
+                _ = basic.scanner  # building lark's scanner compiles every terminal regex
             except re.error as exc:
                 raise ConstraintError(f"invalid lark grammar: a terminal regex breaks lark's scanner: {exc}") from None
 

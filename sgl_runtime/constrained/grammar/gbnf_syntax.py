@@ -130,7 +130,7 @@ def parse_gbnf(text: str) -> GbnfGrammar:
         rules[name] = _node(body)
     if "root" not in rules:
         raise ConstraintError("invalid GBNF grammar: no `root ::= ...` rule (the start rule)")
-    for name, node in rules.items():
+    for node in rules.values():
         for ref in _refs(node):
             if ref.name not in rules:
                 raise ConstraintError(f"invalid GBNF grammar at line {ref.line} column {ref.column}: "

@@ -40,7 +40,7 @@ from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.strings import string_dfa
-from sgl_runtime.constrained.json_schema.unevaluated import IN_PLACE, needs_case_split, unevaluated_constraint
+from sgl_runtime.constrained.json_schema.unevaluated import needs_case_split, unevaluated_constraint
 from sgl_runtime.constrained.json_schema.values import (
     EXACT, FREE_ORDER, NORMAL, Tokens, count_keyword, json_type_of,
 )

@@ -115,7 +115,7 @@ class _ObjectSpec:
         seen = {k for i, k in enumerate(self.tracked) if mask >> i & 1}
         if any(k in self.tracked and k not in seen for k in self.required):
             return False
-        return all(not (k in seen) or set(v) <= seen for k, v in self.deps.items())
+        return all(k not in seen or set(v) <= seen for k, v in self.deps.items())
 
     def body(self) -> Dfa:
         return _BodyBuilder(self).build()

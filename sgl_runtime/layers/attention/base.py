@@ -12,7 +12,7 @@ from sgl_runtime.forward_batch import ForwardBatch
 class AttentionBackend(abc.ABC):
     """Owns nothing but a reference to the KV pool; per-batch metadata comes in ForwardBatch."""
 
-    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata once, before the layers run (optional)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:

@@ -7,10 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgl_runtime.server.openai_responses import StreamBuilder, chat_response
-from sgl_runtime.server.tool_calls.constraint import arguments_schema
 from sgl_runtime.server.tool_calls.output import ChoiceParser, ChoiceStream, tool_finish_reason
-from sgl_runtime.server.tool_calls.plan import ChatPlan
-from sgl_runtime.sampling_params import InvalidRequestError
 
 
 def chat_tool_response(results: list[dict], model: str, n: int, logprobs: bool, parser: ChoiceParser) -> dict:
