@@ -46,7 +46,7 @@ def _native(rng: random.Random) -> dict:
 def _openai(rng: random.Random) -> tuple[str, dict]:
     completion = [
         {"prompt": "x", "max_tokens": rng.choice(["many", -1, 10 ** 6])}, {"prompt": ""},
-        {"prompt": [2 ** 64], "echo": True}, {"prompt": [[1, -5]]}, {"prompt": "x", "logit_bias": {"1": 5}},
+        {"prompt": [2 ** 64], "echo": True}, {"prompt": [[1, -5]]}, {"prompt": "x", "logit_bias": {"abc": 5}},
         {"prompt": "x", "n": rng.choice([0, 1000])}, {"prompt": "x", "temperature": rng.choice([-1, "t"])},
         {"prompt": "x", "seed": 2 ** 64}, {"prompt": "x", "suffix": "s"}, {"prompt": "x", "logprobs": 50},
         {"prompt": [[1]] * 128, "n": 128}, {"prompt": 5},
