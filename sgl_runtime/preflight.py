@@ -20,9 +20,10 @@ class StartupError(ValueError):
 
 def check_server_args(args: ServerArgs) -> None:
     """Raise StartupError for the first problem found."""
-    if args.model_path is not None:
+    local_model = args.model_path is not None and _names_a_local_directory(args.model_path)
+    if local_model:
         _check_dir(args.model_path, "--model-path", MODEL_FILES, "a local Hugging Face model directory")
-    tokenizer = args.tokenizer_path or args.model_path
+    tokenizer = args.tokenizer_path or (args.model_path if local_model else None)
     if tokenizer is not None:
         flag = "--tokenizer-path" if args.tokenizer_path else "--model-path"
         _check_dir(tokenizer, flag, TOKENIZER_FILES, "a directory with the tokenizer's files", any_of=True)
@@ -39,6 +40,16 @@ def check_server_args(args: ServerArgs) -> None:
             and args.max_running_requests > args.max_total_tokens:
         raise StartupError(f"--max-running-requests {args.max_running_requests} exceeds --max-total-tokens "
                            f"{args.max_total_tokens}: every running request needs at least one KV slot")
+
+
+def _names_a_local_directory(model_path: str) -> bool:
+    """Whether --model-path is meant as a local checkpoint directory: not the demo names, a .gguf
+    file or a directory holding one, or a Hub id (`Org/Name`, resolved by model_loader/model_source.py)."""
+    if model_path == "random-demo" or model_path.endswith(".gguf"):
+        return False
+    if os.path.isdir(model_path):
+        return not any(name.endswith(".gguf") for name in os.listdir(model_path))
+    return model_path.startswith(("/", ".", "~")) or model_path.count("/") != 1
 
 
 def check_cuda_available() -> None:
