@@ -56,7 +56,7 @@ def test_compile_runs_off_thread_and_times_out(tok, monkeypatch):
     started = time.monotonic()
     future = cache.submit("regex", "a+")
     assert time.monotonic() - started < 0.2 and not future.done()  # submit never blocks
-    with pytest.raises(ConstraintError, match="timed out"):
+    with pytest.raises(ConstraintError, match="took longer than"):
         future.result(timeout=5)
     assert time.monotonic() - started < 2
     assert compiled_on and compiled_on[0].startswith("constraint-compile")
