@@ -22,18 +22,35 @@ from pathlib import Path
 from typing import Any, Callable
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-MODEL_CONFIGS = ("llama-3-8b", "llama-3-70b", "qwen2.5-7b", "qwen3-30b-a3b")  # llama-3-70b needs --tp-size 2+ on an H200
+MODEL_CONFIGS = (
+    "llama-3-8b",
+    "llama-3-70b",
+    "qwen2.5-7b",
+    "qwen3-30b-a3b",
+)  # llama-3-70b needs --tp-size 2+ on an H200
 TINY_OVERRIDES = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096, "torch_dtype": "float32",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float32",
 }
 TINY_MOE_OVERRIDES = {"moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2}  # configs with experts
 
 
 def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llama-3-8b") -> None:
-    parser.add_argument("--model-config", choices=MODEL_CONFIGS, default=default_config,
-                        help="which shipped shape under benchmarks/configs to run")
-    parser.add_argument("--load-format", default="dummy", choices=("dummy",), help="weights (only dummy: no checkpoints)")
+    parser.add_argument(
+        "--model-config",
+        choices=MODEL_CONFIGS,
+        default=default_config,
+        help="which shipped shape under benchmarks/configs to run",
+    )
+    parser.add_argument(
+        "--load-format", default="dummy", choices=("dummy",), help="weights (only dummy: no checkpoints)"
+    )
     parser.add_argument("--tiny", action="store_true", help="a tiny model and few requests (CPU smoke run)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--disable-cuda-graph", action="store_true")
@@ -61,9 +78,15 @@ def make_model_dir(model_config: str, tiny: bool) -> str:
 
 
 def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
-    kwargs = dict(load_format=args.load_format, device=args.device, disable_cuda_graph=args.disable_cuda_graph,
-                  disable_overlap_schedule=args.disable_overlap_schedule, random_seed=args.seed, log_level="warning",
-                  tp_size=args.tp_size)
+    kwargs = dict(
+        load_format=args.load_format,
+        device=args.device,
+        disable_cuda_graph=args.disable_cuda_graph,
+        disable_overlap_schedule=args.disable_overlap_schedule,
+        random_seed=args.seed,
+        log_level="warning",
+        tp_size=args.tp_size,
+    )
     if args.tiny:
         kwargs.update(max_total_tokens=65536, max_running_requests=64)
     kwargs.update(extra)
@@ -129,8 +152,10 @@ class ForwardTimer:
     def per_forward(self) -> list[dict]:
         """Each forward of the run: kind, requests, tokens and device ms (host stalls before its
         kernels launch, such as a Triton compile, fall between its events and count too)."""
-        return [{"kind": kind, "requests": reqs, "tokens": tokens, "ms": round(1000 * seconds, 1)}
-                for (kind, reqs, tokens), seconds in zip(self.kinds, self._seconds())]
+        return [
+            {"kind": kind, "requests": reqs, "tokens": tokens, "ms": round(1000 * seconds, 1)}
+            for (kind, reqs, tokens), seconds in zip(self.kinds, self._seconds())
+        ]
 
     def by_kind(self) -> dict:
         """{kind: {batches, requests (mean per batch), tokens, device_ms (mean per batch)}}."""
@@ -151,7 +176,9 @@ class ForwardTimer:
 def warm_up(engine, rng: random.Random, vocab: int) -> None:
     """offline_throughput's warm-up: two short requests compile the extend and decode kernels at a few
     shapes (small extends replay the decode graphs on CUDA)."""
-    timed_generate(engine, [random_ids(rng, n, vocab) for n in (37, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
+    timed_generate(
+        engine, [random_ids(rng, n, vocab) for n in (37, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2
+    )
 
 
 def prefill_pass(engine, rng: random.Random, vocab: int, batch: int, length: int, timer=None) -> float:
@@ -161,7 +188,9 @@ def prefill_pass(engine, rng: random.Random, vocab: int, batch: int, length: int
     return batch * length / seconds
 
 
-def timed_generate(engine, input_ids: list[list[int]], params: list[dict], timer: ForwardTimer | None = None) -> tuple[list[dict], float]:
+def timed_generate(
+    engine, input_ids: list[list[int]], params: list[dict], timer: ForwardTimer | None = None
+) -> tuple[list[dict], float]:
     if timer is not None:
         timer.reset()
     start = time.perf_counter()

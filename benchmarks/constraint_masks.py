@@ -211,8 +211,13 @@ def run_engine(engine, schemas, steps, lengths, seed) -> dict:
         except Exception:  # noqa: BLE001 - a walk that hits an engine error stops there
             errors += 1
     times["all"] = times["all"] or times["cold"] + times["visited"]
-    out = {"schemas": len(schemas), "compiled": len(firsts), "unsupported": unsupported, "errors": errors,
-           "first_mask_ms": {q: pct(firsts, p, 1e3) for q, p in (("p50", 50), ("p99", 99), ("max", 100))}}
+    out = {
+        "schemas": len(schemas),
+        "compiled": len(firsts),
+        "unsupported": unsupported,
+        "errors": errors,
+        "first_mask_ms": {q: pct(firsts, p, 1e3) for q, p in (("p50", 50), ("p99", 99), ("max", 100))},
+    }
     for kind in ("all", "cold", "visited"):
         if times[kind] and (kind == "all" or times["cold"]):
             out[f"mask_us_{kind}"] = {q: pct(times[kind], p, 1e6) for q, p in (("p50", 50), ("p99", 99), ("max", 100))}
@@ -263,8 +268,13 @@ def main() -> None:
 
 def print_row(label: str, res: dict) -> None:
     first = res["first_mask_ms"]
-    cells = [f"{label:28s}", f"{res['compiled']:>4}/{res['schemas']:<4}", f"unsup {res['unsupported']:>3}",
-             f"err {res['errors']:>3}", f"first ms p50 {first['p50']} p99 {first['p99']} max {first['max']}"]
+    cells = [
+        f"{label:28s}",
+        f"{res['compiled']:>4}/{res['schemas']:<4}",
+        f"unsup {res['unsupported']:>3}",
+        f"err {res['errors']:>3}",
+        f"first ms p50 {first['p50']} p99 {first['p99']} max {first['max']}",
+    ]
     for kind in ("visited", "cold", "all"):
         if f"mask_us_{kind}" in res:
             m = res[f"mask_us_{kind}"]

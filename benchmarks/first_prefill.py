@@ -16,8 +16,17 @@ import glob
 import os
 import random
 
-from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, prefill_pass,
-                         report, vocab_size_of, warm_up)
+from bench_utils import (
+    ForwardTimer,
+    add_common_args,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    prefill_pass,
+    report,
+    vocab_size_of,
+    warm_up,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -31,8 +40,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _cache_files() -> set[str]:
     root = os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
-    return {os.path.basename(path) for path in glob.glob(os.path.join(root, "*", "*.json"))
-            if not os.path.basename(path).startswith("__grp__")}
+    return {
+        os.path.basename(path)
+        for path in glob.glob(os.path.join(root, "*", "*.json"))
+        if not os.path.basename(path).startswith("__grp__")
+    }
 
 
 def main(argv=None) -> dict:
@@ -51,9 +63,13 @@ def main(argv=None) -> dict:
         tok_s = prefill_pass(engine, rng, vocab, args.prefill_batch, args.prefill_len, timer)
         passes.append({"tok_s": tok_s, "forwards": timer.per_forward(), "compiled": sorted(_cache_files() - before)})
     result = {"model_config": args.model_config, "tiny": args.tiny, **environment(), "passes": passes}
-    rows = [(f"pass {i}: tok/s, forward ms, kernels compiled",
-             f"{p['tok_s']:,.0f}, {[f['ms'] for f in p['forwards']]}, {p['compiled'] or 'none'}")
-            for i, p in enumerate(passes)]
+    rows = [
+        (
+            f"pass {i}: tok/s, forward ms, kernels compiled",
+            f"{p['tok_s']:,.0f}, {[f['ms'] for f in p['forwards']]}, {p['compiled'] or 'none'}",
+        )
+        for i, p in enumerate(passes)
+    ]
     report("first_prefill", result, rows)
     return result
 

@@ -25,6 +25,7 @@ from sgl_runtime.constrained.grammar.sampling import CLOSERS, closer_ids, pick_w
 from sgl_runtime.constrained.vocabulary import Vocabulary
 from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
+
 def walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, times: list) -> list[int]:
     m, out, eos = c.matcher(), [], vocab.eos_token_ids[0]
     for step in range(random_steps + 150):
@@ -33,7 +34,7 @@ def walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, ti
         mask = m.bitmask()
         if miss:
             times.append(time.perf_counter() - t0)
-        ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab.size])
+        ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[: vocab.size])
         pick = pick_walk_token(ids, step, random_steps, c.table.lens, eos, closers, rng)
         m.advance(int(pick))
         out.append(int(pick))
@@ -55,8 +56,12 @@ def replay(c, seq: list[int], times: list, only_misses: bool) -> None:
 
 def stats(times: list) -> dict:
     ms = np.array(times) * 1e3
-    return {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p99_ms": round(float(np.percentile(ms, 99)), 3), "max_ms": round(float(ms.max()), 2)}
+    return {
+        "n": len(ms),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "max_ms": round(float(ms.max()), 2),
+    }
 
 
 def main() -> None:
@@ -82,14 +87,25 @@ def main() -> None:
             replay(c, seq, new_state, True)
         for seq in seqs:
             replay(c, seq, cached, False)
-        row = {"grammar": name, "vocab": vocab.size, "compile_s": round(compile_s, 3),
-               "first_mask_ms": round(first_mask_s * 1e3, 1), "cold": stats(cold),
-               "new_state": stats(new_state), "cached": stats(cached),
-               "python": platform.python_version(), "machine": platform.machine(),
-               "date": time.strftime("%Y-%m-%d")}
-        print(f"{name:11s} compile {compile_s:.2f}s first mask {first_mask_s * 1e3:.0f}ms | "
-              + " | ".join(f"{k} p50 {row[k]['p50_ms']}ms p99 {row[k]['p99_ms']}ms max {row[k]['max_ms']}ms"
-                           for k in ("cold", "new_state", "cached")))
+        row = {
+            "grammar": name,
+            "vocab": vocab.size,
+            "compile_s": round(compile_s, 3),
+            "first_mask_ms": round(first_mask_s * 1e3, 1),
+            "cold": stats(cold),
+            "new_state": stats(new_state),
+            "cached": stats(cached),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "date": time.strftime("%Y-%m-%d"),
+        }
+        print(
+            f"{name:11s} compile {compile_s:.2f}s first mask {first_mask_s * 1e3:.0f}ms | "
+            + " | ".join(
+                f"{k} p50 {row[k]['p50_ms']}ms p99 {row[k]['p99_ms']}ms max {row[k]['max_ms']}ms"
+                for k in ("cold", "new_state", "cached")
+            )
+        )
         print(json.dumps(row))
 
 

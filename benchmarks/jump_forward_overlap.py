@@ -17,8 +17,16 @@ import json
 import random
 import statistics
 
-from bench_utils import (add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
-                         timed_generate, vocab_size_of)
+from bench_utils import (
+    add_common_args,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    random_ids,
+    report,
+    timed_generate,
+    vocab_size_of,
+)
 from json_decode import SCHEMA
 
 
@@ -47,8 +55,11 @@ def main(argv=None) -> dict:
     rng = random.Random(args.seed)
     for overlapped in (False, True):  # compiles the schema and every shape of both modes
         scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
-        timed_generate(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(max(args.batch_sizes))],
-                       [params] * max(args.batch_sizes))
+        timed_generate(
+            engine,
+            [random_ids(rng, args.prompt_len, vocab) for _ in range(max(args.batch_sizes))],
+            [params] * max(args.batch_sizes),
+        )
     sweep = []
     for batch in args.batch_sizes:
         row = {"batch": batch}
@@ -56,16 +67,27 @@ def main(argv=None) -> dict:
             scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
             chars_s = []
             for _ in range(args.passes):
-                out, seconds = timed_generate(engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(batch)],
-                                              [params] * batch)
+                out, seconds = timed_generate(
+                    engine, [random_ids(rng, args.prompt_len, vocab) for _ in range(batch)], [params] * batch
+                )
                 chars_s.append(sum(len(o["text"]) for o in out) / seconds)
             row["overlapped_chars_s" if overlapped else "step_chars_s"] = statistics.median(chars_s)
         row["ratio"] = row["overlapped_chars_s"] / row["step_chars_s"]
         sweep.append(row)
-    result = {"model_config": args.model_config, "tiny": args.tiny, **environment(), "passes": args.passes,
-              "sweep": sweep}
-    rows = [(f"batch {r['batch']}: chars/s step by step / overlapped (ratio)",
-             f"{r['step_chars_s']:,.0f} / {r['overlapped_chars_s']:,.0f} ({r['ratio']:.3f})") for r in sweep]
+    result = {
+        "model_config": args.model_config,
+        "tiny": args.tiny,
+        **environment(),
+        "passes": args.passes,
+        "sweep": sweep,
+    }
+    rows = [
+        (
+            f"batch {r['batch']}: chars/s step by step / overlapped (ratio)",
+            f"{r['step_chars_s']:,.0f} / {r['overlapped_chars_s']:,.0f} ({r['ratio']:.3f})",
+        )
+        for r in sweep
+    ]
     report("jump_forward_overlap", result, rows)
     return result
 

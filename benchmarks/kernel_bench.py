@@ -13,8 +13,12 @@ import json
 import torch
 import triton.testing
 
-from sgl_runtime.kernels.decode_attention import (DecodeWorkspace, decode_attention, decode_attention_torch,
-                                                  num_splits_for)
+from sgl_runtime.kernels.decode_attention import (
+    DecodeWorkspace,
+    decode_attention,
+    decode_attention_torch,
+    num_splits_for,
+)
 from sgl_runtime.kernels.extend_attention import extend_attention, extend_attention_torch
 
 H, HKV, D, DT = 32, 8, 128, torch.bfloat16
@@ -48,12 +52,26 @@ def bench_decode() -> list[dict]:
         for block_n, warps, stages in DECODE_VARIANTS:
             for splits in splits_options:
                 out = torch.empty_like(q)
-                fn = functools.partial(decode_attention, q, out, k, v, table, idx, seq, ws, splits, D**-0.5, block_n, warps, stages)
+                fn = functools.partial(
+                    decode_attention, q, out, k, v, table, idx, seq, ws, splits, D**-0.5, block_n, warps, stages
+                )
                 ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
                 err = rel_err(out, ref) if ref is not None else None
-                rows.append(dict(kernel="decode", bs=bs, ctx=ctx, block_n=block_n, warps=warps, stages=stages,
-                                 splits=splits, default_splits=num_splits_for(bs, HKV), ms=ms, gb_s=gbytes / ms * 1e3,
-                                 rel_err=err))
+                rows.append(
+                    dict(
+                        kernel="decode",
+                        bs=bs,
+                        ctx=ctx,
+                        block_n=block_n,
+                        warps=warps,
+                        stages=stages,
+                        splits=splits,
+                        default_splits=num_splits_for(bs, HKV),
+                        ms=ms,
+                        gb_s=gbytes / ms * 1e3,
+                        rel_err=err,
+                    )
+                )
         del k, v
     return rows
 
@@ -78,9 +96,11 @@ def bench_extend() -> list[dict]:
 def main() -> None:
     decode, extend = bench_decode(), bench_extend()
     for r in decode:
-        print(f"decode bs={r['bs']:>3} ctx={r['ctx']:>4} bn={r['block_n']:>3} w={r['warps']} s={r['stages']} "
-              f"splits={r['splits']:>2} (default {r['default_splits']:>2}): {r['ms']:.3f} ms {r['gb_s']:7.0f} GB/s "
-              f"err={r['rel_err']}")
+        print(
+            f"decode bs={r['bs']:>3} ctx={r['ctx']:>4} bn={r['block_n']:>3} w={r['warps']} s={r['stages']} "
+            f"splits={r['splits']:>2} (default {r['default_splits']:>2}): {r['ms']:.3f} ms {r['gb_s']:7.0f} GB/s "
+            f"err={r['rel_err']}"
+        )
     for r in extend:
         print(f"extend 8x2048 {r['config']}: {r['ms']:.3f} ms {r['tflop_s']:.0f} TFLOP/s err={r['rel_err']:.2e}")
     best = {}

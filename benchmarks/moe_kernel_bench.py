@@ -20,8 +20,14 @@ from sgl_runtime.layers.moe import select_experts
 E, K, H, I, DT = 128, 8, 2048, 768, torch.bfloat16  # noqa: E741 - I: the expert intermediate size
 TOKENS = [1, 8, 32, 128, 256, 1024, 4096, 16384]
 VARIANTS = [  # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages
-    (16, 64, 128, 1, 4, 3), (16, 128, 128, 1, 4, 3), (32, 64, 128, 8, 4, 3), (32, 128, 64, 8, 4, 4),
-    (64, 64, 64, 8, 4, 3), (64, 128, 64, 8, 8, 3), (64, 128, 128, 8, 8, 3), (128, 128, 64, 8, 8, 3),
+    (16, 64, 128, 1, 4, 3),
+    (16, 128, 128, 1, 4, 3),
+    (32, 64, 128, 8, 4, 3),
+    (32, 128, 64, 8, 4, 4),
+    (64, 64, 64, 8, 4, 3),
+    (64, 128, 64, 8, 8, 3),
+    (64, 128, 128, 8, 8, 3),
+    (128, 128, 64, 8, 8, 3),
 ]
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 
@@ -44,13 +50,26 @@ def bench(tokens: int, w13, w2) -> list[dict]:
         config = dict(zip(KEYS, variant))
         try:
             out = fused_experts(x, w13, w2, weights, ids, config)
-            ms = triton.testing.do_bench(lambda: fused_experts(x, w13, w2, weights, ids, config),  # noqa: B023
-                                         warmup=10, rep=50, return_mode="median")
+            ms = triton.testing.do_bench(
+                lambda: fused_experts(x, w13, w2, weights, ids, config),  # noqa: B023
+                warmup=10,
+                rep=50,
+                return_mode="median",
+            )
         except Exception as exc:  # e.g. out of shared memory for a variant: report and go on
             rows.append(dict(tokens=tokens, config=variant, error=f"{type(exc).__name__}: {exc}"[:120]))
             continue
-        rows.append(dict(tokens=tokens, config=variant, ms=ms, gb_s=gbytes / ms * 1e3, tflop_s=tflop / ms * 1e3,
-                         rel_err=rel_err(out, ref) if ref is not None else None, default=config == chosen))
+        rows.append(
+            dict(
+                tokens=tokens,
+                config=variant,
+                ms=ms,
+                gb_s=gbytes / ms * 1e3,
+                tflop_s=tflop / ms * 1e3,
+                rel_err=rel_err(out, ref) if ref is not None else None,
+                default=config == chosen,
+            )
+        )
     return rows
 
 
@@ -64,8 +83,10 @@ def main() -> None:
             print(f"tokens={r['tokens']:>5} {r['config']}: {r['error']}")
             continue
         err = "n/a" if r["rel_err"] is None else f"{r['rel_err']:.1e}"
-        print(f"tokens={r['tokens']:>5} {r['config']}{' *' if r['default'] else '  '}: {r['ms']:.3f} ms "
-              f"{r['gb_s']:6.0f} GB/s {r['tflop_s']:6.1f} TFLOP/s err={err}")
+        print(
+            f"tokens={r['tokens']:>5} {r['config']}{' *' if r['default'] else '  '}: {r['ms']:.3f} ms "
+            f"{r['gb_s']:6.0f} GB/s {r['tflop_s']:6.1f} TFLOP/s err={err}"
+        )
     best, default = {}, {}
     for r in rows:
         if "error" in r or (r["rel_err"] is not None and r["rel_err"] > 2e-2):
@@ -75,8 +96,16 @@ def main() -> None:
             best[key] = r
         if r["default"]:
             default[key] = r
-    print(json.dumps({"benchmark": "moe_kernel_bench", "shape": {"E": E, "top_k": K, "H": H, "I": I},
-                      "best": best, "default": default}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "moe_kernel_bench",
+                "shape": {"E": E, "top_k": K, "H": H, "I": I},
+                "best": best,
+                "default": default,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

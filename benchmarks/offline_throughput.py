@@ -19,8 +19,20 @@ import random
 import statistics
 import time
 
-from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, prefill_pass,
-                         random_ids, report, run_isolated, timed_generate, vocab_size_of, warm_up)
+from bench_utils import (
+    ForwardTimer,
+    add_common_args,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    prefill_pass,
+    random_ids,
+    report,
+    run_isolated,
+    timed_generate,
+    vocab_size_of,
+    warm_up,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,14 +70,20 @@ def run_engine(args, model_dir: str) -> dict:
     warm_up(engine, rng, vocab)
     result = {}
 
-    out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
-                                  [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
+    out, latency = timed_generate(
+        engine,
+        [random_ids(rng, 16, vocab)],
+        [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}],
+    )
     result["batch1_decode_tok_s"] = out[0]["meta_info"]["completion_tokens"] / latency
     policy = engine.scheduler.decode
     if policy.overlap:  # the same request step by step, for the overlap scheduler's share
         engine.scheduler.decode = policy.replace(overlap=False)
-        out, latency = timed_generate(engine, [random_ids(rng, 16, vocab)],
-                                      [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}])
+        out, latency = timed_generate(
+            engine,
+            [random_ids(rng, 16, vocab)],
+            [{"max_new_tokens": args.decode_tokens, "ignore_eos": True, "temperature": 0}],
+        )
         result["batch1_decode_tok_s_no_overlap"] = out[0]["meta_info"]["completion_tokens"] / latency
         engine.scheduler.decode = policy
 
@@ -78,13 +96,20 @@ def run_engine(args, model_dir: str) -> dict:
     completion = sum(o["meta_info"]["completion_tokens"] for o in out)
     prompt = sum(o["meta_info"]["prompt_tokens"] for o in out)
     result.update(
-        requests=len(out), prompt_tokens=prompt, output_tokens=completion, seconds=latency,
-        output_tok_s=completion / latency, total_tok_s=(prompt + completion) / latency,
-        gpu_busy_fraction=timer.busy_seconds() / latency, forwards=timer.forwards,
+        requests=len(out),
+        prompt_tokens=prompt,
+        output_tokens=completion,
+        seconds=latency,
+        output_tok_s=completion / latency,
+        total_tok_s=(prompt + completion) / latency,
+        gpu_busy_fraction=timer.busy_seconds() / latency,
+        forwards=timer.forwards,
     )
     batch, in_len, out_len = args.hf_shape
     hf_ids = [random_ids(rng, in_len, vocab) for _ in range(batch)]
-    out, latency = timed_generate(engine, hf_ids, [{"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0}] * batch)
+    out, latency = timed_generate(
+        engine, hf_ids, [{"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0}] * batch
+    )
     result["hf_workload_output_tok_s"] = sum(o["meta_info"]["completion_tokens"] for o in out) / latency
     return result
 
@@ -104,7 +129,9 @@ def run_hf(args, model_dir: str) -> dict:
     ids = torch.randint(1000, config.vocab_size, (batch, in_len), generator=gen).to(device)
     kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
     with torch.inference_mode():
-        model.generate(ids[:, :32], max_new_tokens=4, min_new_tokens=4, **kwargs | {"attention_mask": torch.ones_like(ids[:, :32])})
+        model.generate(
+            ids[:, :32], max_new_tokens=4, min_new_tokens=4, **kwargs | {"attention_mask": torch.ones_like(ids[:, :32])}
+        )
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -125,17 +152,22 @@ def main(argv=None) -> dict:
     result.update(run_isolated(run_engine, isolate, args, model_dir))
     if "hf_output_tok_s" in result:
         result["ratio_vs_hf"] = result["hf_workload_output_tok_s"] / result["hf_output_tok_s"]
-    report("offline_throughput", result, [
-        ("output tok/s (256 req)", result["output_tok_s"]), ("total tok/s", result["total_tok_s"]),
-        ("GPU-busy fraction", result["gpu_busy_fraction"]),
-        ("batch-1 decode tok/s", result["batch1_decode_tok_s"]),
-        ("batch-1 decode tok/s, no overlap", result.get("batch1_decode_tok_s_no_overlap", float("nan"))),
-        ("prefill tok/s (median of 3 passes)", result["prefill_tok_s"]),
-        ("prefill tok/s, first pass", result["prefill_tok_s_first_pass"]),
-        ("ours on HF workload tok/s", result["hf_workload_output_tok_s"]),
-        ("HF generate tok/s", result.get("hf_output_tok_s", float("nan"))),
-        ("ratio vs HF", result.get("ratio_vs_hf", float("nan"))),
-    ])
+    report(
+        "offline_throughput",
+        result,
+        [
+            ("output tok/s (256 req)", result["output_tok_s"]),
+            ("total tok/s", result["total_tok_s"]),
+            ("GPU-busy fraction", result["gpu_busy_fraction"]),
+            ("batch-1 decode tok/s", result["batch1_decode_tok_s"]),
+            ("batch-1 decode tok/s, no overlap", result.get("batch1_decode_tok_s_no_overlap", float("nan"))),
+            ("prefill tok/s (median of 3 passes)", result["prefill_tok_s"]),
+            ("prefill tok/s, first pass", result["prefill_tok_s_first_pass"]),
+            ("ours on HF workload tok/s", result["hf_workload_output_tok_s"]),
+            ("HF generate tok/s", result.get("hf_output_tok_s", float("nan"))),
+            ("ratio vs HF", result.get("ratio_vs_hf", float("nan"))),
+        ],
+    )
     return result
 
 

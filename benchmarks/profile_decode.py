@@ -75,8 +75,11 @@ def summarize(prof, wall: float, steps: int, on_gpu: bool, top: int) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     result = {**environment(), "model_config": args.model_config, "tiny": args.tiny, **profile(args)}
-    rows = [("wall ms / step", result["wall_ms_per_step"]), ("kernel ms / step", result["kernel_ms_per_step"]),
-            ("kernel time / wall", result["kernel_fraction_of_wall"])]
+    rows = [
+        ("wall ms / step", result["wall_ms_per_step"]),
+        ("kernel ms / step", result["kernel_ms_per_step"]),
+        ("kernel time / wall", result["kernel_fraction_of_wall"]),
+    ]
     rows += [(f"{k['name'][:40]} (x{k['calls_per_step']:.0f})", k["ms_per_step"]) for k in result["top_kernels"]]
     report("profile_decode", result, rows)
     return result

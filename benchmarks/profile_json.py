@@ -19,8 +19,16 @@ import random
 import time
 from collections import defaultdict
 
-from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
-                         vocab_size_of)
+from bench_utils import (
+    ForwardTimer,
+    add_common_args,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    random_ids,
+    report,
+    vocab_size_of,
+)
 from json_decode import SCHEMA
 
 MODES = ("jump-forward", "mixed", "overlapped", "no-jump-forward", "free")
@@ -66,15 +74,17 @@ def profile(args: argparse.Namespace) -> dict:
     import torch
 
     from sgl_runtime.engine import Engine
-    from sgl_runtime.scheduler import batch_result, overlap, scheduler as scheduler_module
-    from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
     from sgl_runtime.sampler import Sampler
+    from sgl_runtime.scheduler import batch_result, overlap
+    from sgl_runtime.scheduler import scheduler as scheduler_module
+    from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
 
     model_dir = make_model_dir(args.model_config, args.tiny)
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=args.mode == "no-jump-forward"))
     engine.scheduler.decode = engine.scheduler.decode.replace(
-        defer_jump_forward=args.mode != "mixed", overlap_jump_forward_min_batch=16 if args.mode == "overlapped" else 0)
+        defer_jump_forward=args.mode != "mixed", overlap_jump_forward_min_batch=16 if args.mode == "overlapped" else 0
+    )
     if args.mode == "free":
         params = {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0}
     else:
@@ -82,8 +92,10 @@ def profile(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     prompt_len = 8 if args.tiny else 64
     for _ in range(2):  # compile + warm pass (first masks, kernel shapes)
-        engine.generate(input_ids=[random_ids(rng, prompt_len, vocab) for _ in range(args.num_requests)],
-                        sampling_params=[params] * args.num_requests)
+        engine.generate(
+            input_ids=[random_ids(rng, prompt_len, vocab) for _ in range(args.num_requests)],
+            sampling_params=[params] * args.num_requests,
+        )
 
     timers = PhaseTimers()
     sched = engine.scheduler
@@ -111,18 +123,32 @@ def profile(args: argparse.Namespace) -> dict:
     steps = forward_timer.forwards
     per_step = {label: round(1000 * s / steps, 3) for label, s in sorted(timers.seconds.items(), key=lambda kv: -kv[1])}
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
-    return {"mode": args.mode, "model_config": args.model_config, "tiny": args.tiny, **environment(),
-            "wall_s": wall, "device_s": busy, "idle_s": wall - busy, "forwards": steps, "output_tokens": tokens,
-            "by_kind": forward_timer.by_kind(), "host_ms_per_forward": per_step,
-            "calls": dict(timers.calls)}
+    return {
+        "mode": args.mode,
+        "model_config": args.model_config,
+        "tiny": args.tiny,
+        **environment(),
+        "wall_s": wall,
+        "device_s": busy,
+        "idle_s": wall - busy,
+        "forwards": steps,
+        "output_tokens": tokens,
+        "by_kind": forward_timer.by_kind(),
+        "host_ms_per_forward": per_step,
+        "calls": dict(timers.calls),
+    }
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     result = profile(args)
-    rows = [("wall s", result["wall_s"]), ("device s (forwards)", result["device_s"]),
-            ("GPU idle s", result["idle_s"]), ("forwards", result["forwards"]),
-            ("output tokens", result["output_tokens"])]
+    rows = [
+        ("wall s", result["wall_s"]),
+        ("device s (forwards)", result["device_s"]),
+        ("GPU idle s", result["idle_s"]),
+        ("forwards", result["forwards"]),
+        ("output tokens", result["output_tokens"]),
+    ]
     rows += [(f"host ms/forward: {label}", ms) for label, ms in result["host_ms_per_forward"].items()]
     report("profile_json", result, rows)
     return result

@@ -13,8 +13,18 @@ from __future__ import annotations
 import argparse
 import random
 
-from bench_utils import (ForwardTimer, add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report,
-                         run_isolated, timed_generate, vocab_size_of)
+from bench_utils import (
+    ForwardTimer,
+    add_common_args,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    random_ids,
+    report,
+    run_isolated,
+    timed_generate,
+    vocab_size_of,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,7 +60,9 @@ def run_mode(args, model_dir: str, radix: bool) -> dict:
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_radix_cache=not radix, **extra))
     timer = ForwardTimer(engine)
     warm = random.Random(args.seed + 99)
-    timed_generate(engine, [random_ids(warm, n, vocab) for n in (40, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2)
+    timed_generate(
+        engine, [random_ids(warm, n, vocab) for n in (40, 300)], [{"max_new_tokens": 8, "ignore_eos": True}] * 2
+    )
     engine.flush_cache()
     _, ids, params = workload(args, vocab)
     out, latency = timed_generate(engine, ids, params, timer)
@@ -58,10 +70,17 @@ def run_mode(args, model_dir: str, radix: bool) -> dict:
     cached = sum(o["meta_info"]["cached_tokens"] for o in out)
     completion = sum(o["meta_info"]["completion_tokens"] for o in out)
     sched = engine.scheduler
-    return {"seconds": latency, "output_tok_s": completion / latency, "total_tok_s": (prompt + completion) / latency,
-            "cache_hit_rate": cached / prompt, "requests": len(out), "gpu_busy_fraction": timer.busy_seconds() / latency,
-            "by_kind": timer.by_kind(), "max_running_requests": sched.max_running_requests,
-            "kv_pool_tokens": sched.max_total_num_tokens}
+    return {
+        "seconds": latency,
+        "output_tok_s": completion / latency,
+        "total_tok_s": (prompt + completion) / latency,
+        "cache_hit_rate": cached / prompt,
+        "requests": len(out),
+        "gpu_busy_fraction": timer.busy_seconds() / latency,
+        "by_kind": timer.by_kind(),
+        "max_running_requests": sched.max_running_requests,
+        "kv_pool_tokens": sched.max_total_num_tokens,
+    }
 
 
 def main(argv=None) -> dict:
@@ -69,16 +88,35 @@ def main(argv=None) -> dict:
     model_dir = make_model_dir(args.model_config, args.tiny)
     on = run_isolated(run_mode, not args.tiny, args, model_dir, True)
     off = run_isolated(run_mode, not args.tiny, args, model_dir, False)
-    result = {"model_config": args.model_config, "tiny": args.tiny, **environment(),
-              "radix_on": on, "radix_off": off, "speedup": off["seconds"] / on["seconds"]}
-    report("shared_prefix", result, [
-        ("radix on: output tok/s", on["output_tok_s"]), ("radix on: total tok/s", on["total_tok_s"]),
-        ("radix on: cache hit rate", on["cache_hit_rate"]),
-        ("radix off: output tok/s", off["output_tok_s"]), ("radix off: total tok/s", off["total_tok_s"]),
-        ("radix off: cache hit rate", off["cache_hit_rate"]), ("speed-up (on / off)", result["speedup"]),
-    ] + [(f"radix {label}: {kind} batches (reqs, tokens, device ms each)",
-          f"{k['batches']} ({k['requests']}, {k['tokens'] / k['batches']:.0f}, {k['device_ms']:.2f})")
-         for label, r in (("on", on), ("off", off)) for kind, k in sorted(r["by_kind"].items())])
+    result = {
+        "model_config": args.model_config,
+        "tiny": args.tiny,
+        **environment(),
+        "radix_on": on,
+        "radix_off": off,
+        "speedup": off["seconds"] / on["seconds"],
+    }
+    report(
+        "shared_prefix",
+        result,
+        [
+            ("radix on: output tok/s", on["output_tok_s"]),
+            ("radix on: total tok/s", on["total_tok_s"]),
+            ("radix on: cache hit rate", on["cache_hit_rate"]),
+            ("radix off: output tok/s", off["output_tok_s"]),
+            ("radix off: total tok/s", off["total_tok_s"]),
+            ("radix off: cache hit rate", off["cache_hit_rate"]),
+            ("speed-up (on / off)", result["speedup"]),
+        ]
+        + [
+            (
+                f"radix {label}: {kind} batches (reqs, tokens, device ms each)",
+                f"{k['batches']} ({k['requests']}, {k['tokens'] / k['batches']:.0f}, {k['device_ms']:.2f})",
+            )
+            for label, r in (("on", on), ("off", off))
+            for kind, k in sorted(r["by_kind"].items())
+        ],
+    )
     return result
 
 

@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 
 import lark
+from example_backend import example_backend
 
 import sgl_lang as sgl
-from example_backend import example_backend
 
 DATE_REGEX = r"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
 ARITHMETIC = (Path(__file__).resolve().parent.parent / "grammars" / "arithmetic.lark").read_text()
@@ -83,7 +83,11 @@ def main() -> None:
             print("formula parses with the arithmetic grammar ->", state["formula"])
         else:  # cut by max_tokens: still a valid prefix of a sentence
             print("formula (a grammar prefix, cut at max_tokens) ->", state["formula"])
-        print("component (select) ->", state["component"], state.get_meta_info("component").get("normalized_prompt_logprobs"))
+        print(
+            "component (select) ->",
+            state["component"],
+            state.get_meta_info("component").get("normalized_prompt_logprobs"),
+        )
         assert state["component"] in ("frontend", "runtime", "docs")
 
 

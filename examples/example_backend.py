@@ -1,7 +1,7 @@
 """Shared by the examples: use the server URL given on the command line, else start a local Runtime.
 
-    with example_backend() as backend:   # sets it as the default backend too
-        ...
+with example_backend() as backend:   # sets it as the default backend too
+    ...
 """
 
 from __future__ import annotations

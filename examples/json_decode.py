@@ -8,8 +8,9 @@ Usage:
 import json
 import re
 
-import sgl_lang as sgl
 from example_backend import example_backend
+
+import sgl_lang as sgl
 
 IP_REGEX = r"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])"
 CHARACTER_SCHEMA = {

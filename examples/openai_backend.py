@@ -7,8 +7,9 @@ Usage:
 For a hosted API: sgl.OpenAI("gpt-4o-mini") with OPENAI_API_KEY set.
 """
 
-import sgl_lang as sgl
 from example_backend import example_backend
+
+import sgl_lang as sgl
 
 
 @sgl.function(num_api_spec_tokens=32)

@@ -5,8 +5,9 @@ Usage:
     python examples/run_batch.py http://127.0.0.1:30000 # or use a running server (also --url)
 """
 
-import sgl_lang as sgl
 from example_backend import example_backend
+
+import sgl_lang as sgl
 
 
 @sgl.function

@@ -7,8 +7,9 @@ Usage:
 
 import asyncio
 
-import sgl_lang as sgl
 from example_backend import example_backend
+
+import sgl_lang as sgl
 
 
 @sgl.function

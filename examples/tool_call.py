@@ -16,11 +16,24 @@ import json
 
 import openai
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 30},
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
 
 
 def get_weather(city: str, unit: str) -> dict:
@@ -29,15 +42,19 @@ def get_weather(city: str, unit: str) -> dict:
 
 def converse(client: openai.OpenAI, model: str, max_tokens: int = 96) -> tuple[dict, str]:
     messages = [{"role": "user", "content": "What's the weather in Paris? Use celsius."}]
-    first = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, tool_choice="required",
-                                           max_tokens=max_tokens, temperature=0)
+    first = client.chat.completions.create(
+        model=model, messages=messages, tools=TOOLS, tool_choice="required", max_tokens=max_tokens, temperature=0
+    )
     call = first.choices[0].message.tool_calls[0]
     arguments = json.loads(call.function.arguments)
     result = get_weather(**arguments)
-    messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-                 {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}]
-    answer = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=max_tokens,
-                                            temperature=0)
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)},
+    ]
+    answer = client.chat.completions.create(
+        model=model, messages=messages, tools=TOOLS, max_tokens=max_tokens, temperature=0
+    )
     return {"name": call.function.name, "arguments": arguments, "result": result}, answer.choices[0].message.content
 
 

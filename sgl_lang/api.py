@@ -13,9 +13,9 @@ import inspect
 from typing import Any, Callable, Optional
 
 from sgl_lang.choices import ChoicesSamplingMethod, token_length_normalized
-from sgl_lang.program import SglFunction
 from sgl_lang.global_config import resolve_backend
 from sgl_lang.ir import SglExprList, SglGen, SglRoleBegin, SglRoleEnd, SglSelect, to_expr
+from sgl_lang.program import SglFunction
 from sgl_lang.sampling_params import SglSamplingParams
 
 
@@ -27,10 +27,30 @@ def function(func: Optional[Callable] = None, num_api_spec_tokens: Optional[int]
 
 
 # SGLang's positional order of gen's parameters after `name` (each is a SglSamplingParams field or alias).
-GEN_ORDER = ("max_tokens", "min_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-             "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos", "return_logprob",
-             "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs", "dtype", "choices",
-             "choices_method", "regex", "json_schema")
+GEN_ORDER = (
+    "max_tokens",
+    "min_tokens",
+    "n",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "ignore_eos",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_text_in_logprobs",
+    "dtype",
+    "choices",
+    "choices_method",
+    "regex",
+    "json_schema",
+)
 GEN_INT_ORDER = tuple(n for n in GEN_ORDER[:17] if n != "min_tokens")
 
 
@@ -52,8 +72,9 @@ def gen(name: Optional[str] = None, *args: Any, **params: Any):
     sampling_params = SglSamplingParams.from_kwargs(**params)  # unknown keywords raise even with choices
     if choices is not None:  # other sampling parameters do not apply to scoring, as in SGLang
         temperature = sampling_params.temperature
-        return select(name, choices, 0.0 if temperature is None else temperature,
-                      choices_method or token_length_normalized)
+        return select(
+            name, choices, 0.0 if temperature is None else temperature, choices_method or token_length_normalized
+        )
     return SglGen(name, sampling_params)
 
 
@@ -78,8 +99,12 @@ gen_int.__signature__ = _signature(GEN_INT_ORDER)  # type: ignore[attr-defined]
 gen_string.__signature__ = _signature(GEN_INT_ORDER)  # type: ignore[attr-defined]
 
 
-def select(name: Optional[str] = None, choices: Optional[list] = None, temperature: float = 0.0,
-           choices_method: ChoicesSamplingMethod = token_length_normalized) -> SglSelect:
+def select(
+    name: Optional[str] = None,
+    choices: Optional[list] = None,
+    temperature: float = 0.0,
+    choices_method: ChoicesSamplingMethod = token_length_normalized,
+) -> SglSelect:
     """Pick one of `choices` by scoring each with the model's prompt logprobs."""
     if not choices or not all(isinstance(c, str) for c in choices):
         raise ValueError("select needs a non-empty list of strings as choices")

@@ -32,7 +32,7 @@ class ChatTemplate:
         """The system message content inside `preamble`, when the preamble is one system turn."""
         prefix, suffix = self.role_prefix_and_suffix.get("system", ("", ""))
         if self.preamble and prefix and self.preamble.startswith(prefix) and self.preamble.endswith(suffix):
-            return self.preamble[len(prefix): len(self.preamble) - len(suffix)]
+            return self.preamble[len(prefix) : len(self.preamble) - len(suffix)]
         return None
 
 
@@ -66,7 +66,7 @@ def _affixes(render, history: list, role: str) -> tuple[str, str]:
     full = render(history + [{"role": role, "content": _SENTINEL}])
     if not full.startswith(before) or _SENTINEL not in full:
         raise ValueError(f"chat template does not render a {role} turn after {len(history)} messages")
-    prefix, suffix = full[len(before):].split(_SENTINEL, 1)
+    prefix, suffix = full[len(before) :].split(_SENTINEL, 1)
     return prefix, suffix
 
 

@@ -66,8 +66,15 @@ class ChoicesSamplingMethod:
 class TokenLengthNormalized(ChoicesSamplingMethod):
     """The choice whose tokens have the highest mean logprob (the default)."""
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
         best = _first_argmax(normalized_prompt_logprobs)
         meta = self._meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs)
         return ChoicesDecision(choices[best], meta)
@@ -79,8 +86,15 @@ class GreedyTokenSelection(ChoicesSamplingMethod):
     A choice shorter than the longest is padded with its own mean logprob.
     """
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
         width = max(len(entries) for entries in input_token_logprobs)
         matrix = [self._padded_row(entries, width) for entries in input_token_logprobs]
         remaining = list(range(len(choices)))
@@ -89,8 +103,9 @@ class GreedyTokenSelection(ChoicesSamplingMethod):
             remaining = [i for i in remaining if matrix[i][column] == best]
             if len(remaining) == 1:
                 break
-        meta = self._meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                          greedy_logprob_matrix=matrix)
+        meta = self._meta(
+            normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs, greedy_logprob_matrix=matrix
+        )
         return ChoicesDecision(choices[remaining[0]], meta)
 
     @staticmethod
@@ -108,17 +123,28 @@ class UnconditionalLikelihoodNormalized(ChoicesSamplingMethod):
 
     requires_unconditional_logprobs = True
 
-    def __call__(self, *, choices, normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                 unconditional_token_logprobs=None) -> ChoicesDecision:
+    def __call__(
+        self,
+        *,
+        choices,
+        normalized_prompt_logprobs,
+        input_token_logprobs,
+        output_token_logprobs,
+        unconditional_token_logprobs=None,
+    ) -> ChoicesDecision:
         if unconditional_token_logprobs is None:
             raise ValueError("unconditional_likelihood_normalized needs unconditional token logprobs")
         scores = [
             self._score(inputs, unconditional)
             for inputs, unconditional in zip(input_token_logprobs, unconditional_token_logprobs)
         ]
-        meta = self._meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs,
-                          unconditional_token_logprobs=unconditional_token_logprobs,
-                          normalized_unconditional_prompt_logprobs=scores)
+        meta = self._meta(
+            normalized_prompt_logprobs,
+            input_token_logprobs,
+            output_token_logprobs,
+            unconditional_token_logprobs=unconditional_token_logprobs,
+            normalized_unconditional_prompt_logprobs=scores,
+        )
         return ChoicesDecision(choices[_first_argmax(scores)], meta)
 
     @staticmethod

@@ -15,8 +15,16 @@ from typing import Any, Optional
 from sgl_lang.backend.base import BaseBackend
 from sgl_lang.chat_template import ChatTemplate
 from sgl_lang.ir import (
-    SglCommitLazy, SglConstantText, SglExpr, SglGen, SglRoleBegin, SglRoleEnd, SglSelect,
-    SglVarScopeBegin, SglVarScopeEnd, anonymous_name,
+    SglCommitLazy,
+    SglConstantText,
+    SglExpr,
+    SglGen,
+    SglRoleBegin,
+    SglRoleEnd,
+    SglSelect,
+    SglVarScopeBegin,
+    SglVarScopeEnd,
+    anonymous_name,
 )
 from sgl_lang.sampling_params import SglSamplingParams
 from sgl_lang.speculative import SpeculativeText
@@ -38,8 +46,14 @@ STREAMED_LOGPROB_KEYS = ("output_token_logprobs", "output_top_logprobs")
 class StreamExecutor:
     """Executes the nodes of one program (or one fork branch) sequentially."""
 
-    def __init__(self, backend: BaseBackend, default_sampling: SglSamplingParams, stream: bool = False,
-                 chat_template: Optional[ChatTemplate] = None, num_api_spec_tokens: Optional[int] = None):
+    def __init__(
+        self,
+        backend: BaseBackend,
+        default_sampling: SglSamplingParams,
+        stream: bool = False,
+        chat_template: Optional[ChatTemplate] = None,
+        num_api_spec_tokens: Optional[int] = None,
+    ):
         self.backend = backend
         self.num_api_spec_tokens = num_api_spec_tokens
         self.speculation = SpeculativeText() if num_api_spec_tokens else None
@@ -125,8 +139,9 @@ class StreamExecutor:
 
     def fork_copy(self) -> "StreamExecutor":
         """A new executor starting from this one's text, messages, role and variables."""
-        child = StreamExecutor(self.backend, self.default_sampling, self.stream, self.chat_template,
-                               self.num_api_spec_tokens)
+        child = StreamExecutor(
+            self.backend, self.default_sampling, self.stream, self.chat_template, self.num_api_spec_tokens
+        )
         child.text_, child.messages_ = self.text_, list(self.messages_)
         child.cur_role, child.cur_role_begin_pos = self.cur_role, self.cur_role_begin_pos
         child.variables, child.meta_info = dict(self.variables), dict(self.meta_info)
@@ -166,8 +181,9 @@ class StreamExecutor:
             self._publish(node.name, value, {"speculative": True})
             return
         if self.stream and (params.n or 1) > 1:
-            raise ValueError(f"gen {node.name!r}: n > 1 cannot stream (its n texts arrive together); "
-                             "run it without stream=True")
+            raise ValueError(
+                f"gen {node.name!r}: n > 1 cannot stream (its n texts arrive together); run it without stream=True"
+            )
         if self.stream:
             meta: dict = {}
             chunks = self.stream_chunks.setdefault(node.name, [])
@@ -219,7 +235,7 @@ class StreamExecutor:
 
     def _run_RoleEnd(self, node: SglRoleEnd) -> None:
         _, suffix = self.chat_template.get_prefix_and_suffix(node.role)
-        content = self.text_[self.cur_role_begin_pos:]
+        content = self.text_[self.cur_role_begin_pos :]
         self.messages_.append({"role": node.role, "content": content})
         self.cur_role = None
         self._append_constant(suffix)
@@ -228,7 +244,7 @@ class StreamExecutor:
         self.var_scope_begin[node.name] = len(self.text_)
 
     def _run_VarScopeEnd(self, node: SglVarScopeEnd) -> None:
-        self._publish(node.name, self.text_[self.var_scope_begin.pop(node.name):], {})
+        self._publish(node.name, self.text_[self.var_scope_begin.pop(node.name) :], {})
 
     def _run_CommitLazy(self, node: SglCommitLazy) -> None:
         if self.text_:

@@ -22,7 +22,9 @@ class SglFunction:
     parameters (max_new_tokens, temperature, ...) given to run/run_batch become the program's
     defaults for every gen."""
 
-    def __init__(self, func: Callable, num_api_spec_tokens: Optional[int] = None, bind_arguments: Optional[dict] = None):
+    def __init__(
+        self, func: Callable, num_api_spec_tokens: Optional[int] = None, bind_arguments: Optional[dict] = None
+    ):
         self.func = func
         self.num_api_spec_tokens = num_api_spec_tokens
         self.bind_arguments = bind_arguments or {}
@@ -41,7 +43,9 @@ class SglFunction:
         return self.run(*args, **kwargs)
 
     # Running
-    def run(self, *args: Any, stream: bool = False, backend: Optional[BaseBackend] = None, **kwargs: Any) -> ProgramState:
+    def run(
+        self, *args: Any, stream: bool = False, backend: Optional[BaseBackend] = None, **kwargs: Any
+    ) -> ProgramState:
         """Run once. Without stream, waits for the program and raises ProgramError (with the
         server's message, and `.state`) if it failed. With stream=True, returns at once; read
         with `state.text_iter()` and check `state.error()`."""
@@ -59,8 +63,15 @@ class SglFunction:
             raise ProgramError(f"program {self.func.__name__} failed: {state.error()}", state) from state.error()
         return state
 
-    def run_batch(self, batch_kwargs: list, *, backend: Optional[BaseBackend] = None, num_threads: Union[int, str] = "auto",
-                  progress_bar: bool = False, **sampling_kwargs: Any) -> list:
+    def run_batch(
+        self,
+        batch_kwargs: list,
+        *,
+        backend: Optional[BaseBackend] = None,
+        num_threads: Union[int, str] = "auto",
+        progress_bar: bool = False,
+        **sampling_kwargs: Any,
+    ) -> list:
         """Run once per kwargs dict, concurrently; states come back in input order and a failing
         program records its error in its own state (`state.error()`) without stopping the others."""
         sampling, extra = split_sampling_kwargs(sampling_kwargs)
@@ -117,22 +128,26 @@ class SglFunction:
             raise TypeError(f"{self.func.__name__}: {e}") from e
         return sampling, arguments
 
-    def _start(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
-               stream: bool) -> ProgramState:
+    def _start(
+        self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict, stream: bool
+    ) -> ProgramState:
         """Run the body on a background thread and return its state at once."""
         state = self._new_state(backend, sampling, stream)
         state.body_thread = threading.Thread(target=self._body, args=(state, args, arguments, True), daemon=True)
         state.body_thread.start()
         return state
 
-    def _execute(self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict,
-                 catch: bool = False) -> ProgramState:
+    def _execute(
+        self, backend: BaseBackend, sampling: SglSamplingParams, args: tuple, arguments: dict, catch: bool = False
+    ) -> ProgramState:
         state = self._new_state(backend, sampling)
         self._body(state, args, arguments, catch)
         return state
 
     def _new_state(self, backend: BaseBackend, sampling: SglSamplingParams, stream: bool = False) -> ProgramState:
-        return ProgramState(StreamExecutor(backend, sampling, stream=stream, num_api_spec_tokens=self.num_api_spec_tokens))
+        return ProgramState(
+            StreamExecutor(backend, sampling, stream=stream, num_api_spec_tokens=self.num_api_spec_tokens)
+        )
 
     def _body(self, state: ProgramState, args: tuple, arguments: dict, catch: bool) -> None:
         executor = state.stream_executor

@@ -9,7 +9,14 @@ from typing import Any, AsyncIterator, Iterator, Optional, Union
 
 from sgl_lang.interpreter import ProgramError, StreamExecutor
 from sgl_lang.ir import (
-    SglCommitLazy, SglExpr, SglExprList, SglRoleBegin, SglRoleEnd, SglVarScopeBegin, SglVarScopeEnd, to_expr,
+    SglCommitLazy,
+    SglExpr,
+    SglExprList,
+    SglRoleBegin,
+    SglRoleEnd,
+    SglVarScopeBegin,
+    SglVarScopeEnd,
+    to_expr,
 )
 
 _STOP = object()
@@ -167,8 +174,9 @@ class ProgramState:
             elif done:
                 return
 
-    async def text_async_iter(self, var_name: Optional[str] = None,
-                              return_meta_data: bool = False) -> AsyncIterator[Any]:
+    async def text_async_iter(
+        self, var_name: Optional[str] = None, return_meta_data: bool = False
+    ) -> AsyncIterator[Any]:
         """`text_iter` for asyncio code: the blocking waits run in the default executor. With
         return_meta_data=True (a variable's stream only), yields (chunk, meta_info) pairs."""
         if return_meta_data and var_name is None:

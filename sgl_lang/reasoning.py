@@ -41,10 +41,10 @@ def separate_reasoning(expr: Optional[SglExpr] = None, model_type: Optional[str]
 def split_think(text: str, open_at_start: bool, start: str = "<think>", end: str = "</think>") -> tuple[str, str]:
     stripped = text.lstrip()
     if stripped.startswith(start):
-        text, open_at_start = stripped[len(start):], True
+        text, open_at_start = stripped[len(start) :], True
     if not open_at_start:
         return "", text
     k = text.find(end)
     if k < 0:
         return text.strip("\n"), ""
-    return text[:k].strip("\n"), text[k + len(end):].lstrip("\n")
+    return text[:k].strip("\n"), text[k + len(end) :].lstrip("\n")

@@ -39,7 +39,11 @@ class SglSamplingParams:
 
     max_new_tokens: Optional[int] = _param(SAMPLING, (int,), "most tokens to generate", alias="max_tokens")
     min_new_tokens: Optional[int] = _param(SAMPLING, (int,), "fewest tokens before EOS/stop", alias="min_tokens")
-    n: Optional[int] = _param(SAMPLING, (int,), "number of samples: n > 1 makes the variable a list of n texts (the first continues the program)")
+    n: Optional[int] = _param(
+        SAMPLING,
+        (int,),
+        "number of samples: n > 1 makes the variable a list of n texts (the first continues the program)",
+    )
     stop: Optional[Any] = _param(SAMPLING, (str, list, tuple), "stop string or list of stop strings")
     stop_token_ids: Optional[Any] = _param(SAMPLING, (list, tuple), "token ids that stop generation")
     stop_regex: Optional[Any] = _param(SAMPLING, (str, list, tuple), "regex or list of regexes that stop generation")
@@ -58,12 +62,18 @@ class SglSamplingParams:
     dtype: Optional[Any] = _param(LOCAL, (type, str), "int/float/bool/str: constrain the output to that type")
     regex: Optional[str] = _param(SAMPLING, (str,), "regular expression the output must match")
     json_schema: Optional[Any] = _param(SAMPLING, (str, dict, bool), "JSON schema the output must match")
-    grammar: Optional[str] = _param(SAMPLING, (str,), "GBNF or lark grammar text, or a shipped grammar name",
-                                    wire="ebnf")
-    grammar_syntax: Optional[str] = _param(SAMPLING, (str,), "how to read grammar: 'gbnf' or 'lark' (default: detected)")
+    grammar: Optional[str] = _param(
+        SAMPLING, (str,), "GBNF or lark grammar text, or a shipped grammar name", wire="ebnf"
+    )
+    grammar_syntax: Optional[str] = _param(
+        SAMPLING, (str,), "how to read grammar: 'gbnf' or 'lark' (default: detected)"
+    )
     json_schema_options: Optional[dict] = _param(
-        SAMPLING, (dict,), "json_schema serialisation: whitespace ('compact'/'any'), indent, lenient, key_order "
-        "('properties'/'any'), integral_floats")
+        SAMPLING,
+        (dict,),
+        "json_schema serialisation: whitespace ('compact'/'any'), indent, lenient, key_order "
+        "('properties'/'any'), integral_floats",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -125,7 +135,9 @@ class SglSamplingParams:
 
     def override(self, other: "SglSamplingParams") -> "SglSamplingParams":
         """These values, with every field `other` sets taking precedence."""
-        changes = {f.name: getattr(other, f.name) for f in dataclasses.fields(other) if getattr(other, f.name) is not None}
+        changes = {
+            f.name: getattr(other, f.name) for f in dataclasses.fields(other) if getattr(other, f.name) is not None
+        }
         return dataclasses.replace(self, **changes)
 
     def replace(self, **changes: Any) -> "SglSamplingParams":

@@ -28,8 +28,13 @@ class SpeculativeText:
     @staticmethod
     def eligible(params: SglSamplingParams) -> bool:
         """Speculation needs a stop string and no output constraint."""
-        return bool(params.stop) and params.effective_regex is None and params.json_schema is None \
-            and params.grammar is None and params.n in (None, 1)
+        return (
+            bool(params.stop)
+            and params.effective_regex is None
+            and params.json_schema is None
+            and params.grammar is None
+            and params.n in (None, 1)
+        )
 
     def reset(self, text: str = "", token_offsets: Optional[list] = None, ends_at_eos: bool = False) -> None:
         self.text, self.token_offsets, self.ends_at_eos = text, token_offsets, ends_at_eos

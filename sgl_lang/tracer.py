@@ -56,7 +56,7 @@ def trace_program(func: Callable, template: ChatTemplate, args: tuple, kwargs: d
     """Run `func` far enough to know its constant prefix."""
     from sgl_lang.program_state import ProgramState  # program_state imports the interpreter
 
-    params = list(inspect.signature(func).parameters.values())[1 + len(args):]
+    params = list(inspect.signature(func).parameters.values())[1 + len(args) :]
     placeholders = {
         p.name: _Placeholder(f"{_MARK}{p.name}{_MARK}")
         for p in params

@@ -54,8 +54,11 @@ class Engine:
         self.tokenizer = self.scheduler.tokenizer
         config = self.scheduler.model_config
         self.context_length = config.context_length
-        model_info = ModelInfo(context_length=config.context_length, vocab_size=config.vocab_size,
-                               eos_token_ids=frozenset(config.eos_token_ids))
+        model_info = ModelInfo(
+            context_length=config.context_length,
+            vocab_size=config.vocab_size,
+            eos_token_ids=frozenset(config.eos_token_ids),
+        )
         transport = InProcessTransport(endpoint, DetokenizerManager(self.tokenizer))
         self._loop = asyncio.new_event_loop()
         self.tokenizer_manager = TokenizerManager(self.server_args, model_info, transport, tokenizer=self.tokenizer)
@@ -77,9 +80,14 @@ class Engine:
         """The `/generate` answer: one dict ({text, output_ids, meta_info}) for one prompt with
         n = 1, else a list (prompt-major, then sample index). InvalidRequestError names a bad field."""
         obj = GenerateReqInput(
-            text=prompt, input_ids=input_ids, sampling_params=sampling_params, rid=rid,
-            return_logprob=return_logprob, logprob_start_len=logprob_start_len,
-            top_logprobs_num=top_logprobs_num, token_ids_logprob=token_ids_logprob,
+            text=prompt,
+            input_ids=input_ids,
+            sampling_params=sampling_params,
+            rid=rid,
+            return_logprob=return_logprob,
+            logprob_start_len=logprob_start_len,
+            top_logprobs_num=top_logprobs_num,
+            token_ids_logprob=token_ids_logprob,
             return_text_in_logprobs=return_text_in_logprobs,
         )
         return self._loop.run_until_complete(_first(self.tokenizer_manager.generate(obj)))
@@ -111,8 +119,10 @@ class Engine:
         from sgl_runtime.scheduler.tp_worker_process import check_tp_config, start_tp_workers, with_rendezvous
 
         if args.node_rank != 0:
-            raise ValueError("an Engine runs rank 0 (node 0); start the other nodes with "
-                             "`python -m sgl_runtime.launch_server --node-rank N`")
+            raise ValueError(
+                "an Engine runs rank 0 (node 0); start the other nodes with "
+                "`python -m sgl_runtime.launch_server --node-rank N`"
+            )
         args = with_rendezvous(args.replace(model_path=resolve_model_path(args)))
         check_tp_config(args)
         self.workers = ChildProcesses()

@@ -85,17 +85,30 @@ def flatten_extend(forward_batch: ForwardBatch) -> ForwardBatch:
     lets the decode CUDA graphs serve small extends: jump-forward text, mixed batches, short prefills.
     """
     num = forward_batch.num_tokens
-    seq_lens_cpu = [p + j + 1 for p, n in zip(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu)
-                    for j in range(n)]
+    seq_lens_cpu = [
+        p + j + 1
+        for p, n in zip(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu)
+        for j in range(n)
+    ]
     seq_lens = forward_batch.positions + 1  # positions are absolute: token at p is KV slot p of its row
     rows = torch.repeat_interleave(forward_batch.req_pool_indices, forward_batch.extend_seq_lens, output_size=num)
     every_row = torch.arange(num, dtype=torch.int64, device=forward_batch.input_ids.device)
     return ForwardBatch(
-        forward_mode=ForwardMode.DECODE, batch_size=num, input_ids=forward_batch.input_ids,
-        positions=forward_batch.positions, req_pool_indices=rows, seq_lens=seq_lens,
-        extend_prefix_lens=forward_batch.positions, extend_seq_lens=torch.ones_like(every_row),
-        extend_start_loc=every_row, out_cache_loc=forward_batch.out_cache_loc, seq_lens_cpu=seq_lens_cpu,
-        extend_prefix_lens_cpu=[s - 1 for s in seq_lens_cpu], extend_seq_lens_cpu=[1] * num,
-        logits_indices=every_row, logits_indices_cpu=list(range(num)),
-        attn_backend=forward_batch.attn_backend, req_to_token=forward_batch.req_to_token,
+        forward_mode=ForwardMode.DECODE,
+        batch_size=num,
+        input_ids=forward_batch.input_ids,
+        positions=forward_batch.positions,
+        req_pool_indices=rows,
+        seq_lens=seq_lens,
+        extend_prefix_lens=forward_batch.positions,
+        extend_seq_lens=torch.ones_like(every_row),
+        extend_start_loc=every_row,
+        out_cache_loc=forward_batch.out_cache_loc,
+        seq_lens_cpu=seq_lens_cpu,
+        extend_prefix_lens_cpu=[s - 1 for s in seq_lens_cpu],
+        extend_seq_lens_cpu=[1] * num,
+        logits_indices=every_row,
+        logits_indices_cpu=list(range(num)),
+        attn_backend=forward_batch.attn_backend,
+        req_to_token=forward_batch.req_to_token,
     )

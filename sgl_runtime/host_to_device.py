@@ -13,7 +13,9 @@ from typing import Sequence, Union
 import torch
 
 
-def to_device(values: Union[Sequence, torch.Tensor], dtype: torch.dtype, device: Union[str, torch.device]) -> torch.Tensor:
+def to_device(
+    values: Union[Sequence, torch.Tensor], dtype: torch.dtype, device: Union[str, torch.device]
+) -> torch.Tensor:
     """`values` (a list, or a CPU tensor) as a tensor of `dtype` on `device`."""
     device = torch.device(device)
     pin = device.type == "cuda"

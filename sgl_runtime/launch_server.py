@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Optional
 
-from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
 from sgl_runtime.preflight import check_server_args
+from sgl_runtime.process.child_processes import ChildProcesses, ChildProcessFailed
 from sgl_runtime.process.ipc import IpcAddresses, configure_logging, remove_stale_ipc_dirs
 from sgl_runtime.scheduler.tp_worker_process import check_tp_config, start_tp_workers, with_rendezvous
 from sgl_runtime.server.request_tokenizer import ModelInfo
@@ -83,18 +83,20 @@ def resolve_model(server_args: ServerArgs) -> ServerArgs:
     from sgl_runtime.model_executor.model_runner import resolve_model_path
     from sgl_runtime.model_loader.model_source import served_name
 
-    return server_args.replace(model_path=resolve_model_path(server_args),
-                               served_model_name=server_args.served_model_name or served_name(server_args.model_path))
+    return server_args.replace(
+        model_path=resolve_model_path(server_args),
+        served_model_name=server_args.served_model_name or served_name(server_args.model_path),
+    )
 
 
 def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, children: ChildProcesses) -> int:
     import uvicorn
 
+    from sgl_runtime.detokenizer.detokenizer_manager import run_detokenizer_process
+    from sgl_runtime.scheduler.scheduler_process import run_scheduler_process
     from sgl_runtime.server.graceful import DrainingServer
     from sgl_runtime.server.http_server import build_app
     from sgl_runtime.server.metrics import ServerMetrics
-    from sgl_runtime.detokenizer.detokenizer_manager import run_detokenizer_process
-    from sgl_runtime.scheduler.scheduler_process import run_scheduler_process
     from sgl_runtime.server.tokenizer_manager import TokenizerManager
     from sgl_runtime.server.transport import ZmqTransport
 
@@ -108,8 +110,13 @@ def _serve(server_args: ServerArgs, model_info, addresses: IpcAddresses, childre
     logger.info("scheduler ready: %s", stats)
     tm.admission.capacity = int(stats.get("max_running_requests") or 0)
     process_ids = {name: process.pid for name, process in children.processes.items()}
-    config = uvicorn.Config(build_app(tm, metrics, process_ids), host=server_args.host, port=server_args.port,
-                            log_level=server_args.log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    config = uvicorn.Config(
+        build_app(tm, metrics, process_ids),
+        host=server_args.host,
+        port=server_args.port,
+        log_level=server_args.log_level,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
     server = DrainingServer(config, tm, server_args.graceful_shutdown_timeout)
 
     def on_child_failure(message: str) -> None:
@@ -129,8 +136,11 @@ def _serve_ranks(server_args: ServerArgs, children: ChildProcesses) -> int:
     one of them fails (1)."""
     start_tp_workers(children, server_args)
     children.wait_ready()
-    logger.info("node %d: tensor-parallel ranks ready (process ids %s)", server_args.node_rank,
-                {name: process.pid for name, process in children.processes.items()})
+    logger.info(
+        "node %d: tensor-parallel ranks ready (process ids %s)",
+        server_args.node_rank,
+        {name: process.pid for name, process in children.processes.items()},
+    )
     ended: list[str] = []
     children.watch(ended.append)
     while not ended:
@@ -142,6 +152,8 @@ def _serve_ranks(server_args: ServerArgs, children: ChildProcesses) -> int:
         return 0
     logger.error("node %d shutting down: %s", server_args.node_rank, ended[0])
     return 1
+
+
 def _log_compat_flags(server_args: ServerArgs) -> None:
     """SGLang flags accepted as no-ops say so once."""
     if server_args.enable_metrics:

@@ -18,7 +18,9 @@ class RowLogprobs:
 
 
 def token_logprobs(
-    logits: torch.Tensor, targets: Sequence[int], top_nums: Sequence[int],
+    logits: torch.Tensor,
+    targets: Sequence[int],
+    top_nums: Sequence[int],
     token_ids: Optional[Sequence[Optional[Sequence[int]]]] = None,
 ) -> RowLogprobs:
     """For each row: log p(target) under log_softmax(row), the row's top `top_nums[i]` (logprob, id),

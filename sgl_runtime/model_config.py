@@ -14,8 +14,16 @@ from sgl_runtime.tokenizer_utils import read_checkpoint_eos_ids, read_tokenizer_
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "half": torch.float16,
-           "float": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "half": torch.float16,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
 CPU_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -169,8 +177,10 @@ def _resolve_context_length(hf_config, requested: Optional[int]) -> int:
     if requested <= 0:
         raise ValueError(f"context_length must be positive, got {requested}")
     if requested > rope_limit:
-        raise ValueError(f"context_length={requested} exceeds the model's maximum of {rope_limit} tokens"
-                         f" ({_rope_limit_reason(hf_config, window)})")
+        raise ValueError(
+            f"context_length={requested} exceeds the model's maximum of {rope_limit} tokens"
+            f" ({_rope_limit_reason(hf_config, window)})"
+        )
     return int(requested)
 
 
@@ -180,6 +190,8 @@ def _rope_limit_reason(hf_config, window: Optional[int]) -> str:
     params = rope_parameters(hf_config)
     max_pos = _max_position_embeddings(hf_config)
     if params["rope_type"] in ("default", "llama3"):
-        return (f"max_position_embeddings={max_pos} with rope_type {params['rope_type']!r}; a rope_scaling config"
-                " (yarn, linear, dynamic) in config.json extends it")
+        return (
+            f"max_position_embeddings={max_pos} with rope_type {params['rope_type']!r}; a rope_scaling config"
+            " (yarn, linear, dynamic) in config.json extends it"
+        )
     return f"max_position_embeddings={max_pos} extended by rope_type {params['rope_type']!r}"

@@ -54,8 +54,9 @@ def mask_stop_tokens_(logits: torch.Tensor, reqs: Sequence) -> None:
             cols += ids
     if rows:
         index = to_device([rows, cols], torch.int64, logits.device)
-        logits.index_put_((index[0], index[1]), torch.full((len(rows),), float("-inf"), device=logits.device,
-                                                           dtype=logits.dtype))
+        logits.index_put_(
+            (index[0], index[1]), torch.full((len(rows),), float("-inf"), device=logits.device, dtype=logits.dtype)
+        )
 
 
 def _has_count_penalty(params) -> bool:

@@ -29,17 +29,27 @@ def check_server_args(args: ServerArgs) -> None:
         _check_dir(tokenizer, flag, TOKENIZER_FILES, "a directory with the tokenizer's files", any_of=True)
     if args.chat_template is not None and chat_template_is_path(args.chat_template):
         if not os.path.isfile(args.chat_template):
-            raise StartupError(f"--chat-template {args.chat_template!r}: no such file (give a Jinja template file "
-                               "or the template text itself)")
+            raise StartupError(
+                f"--chat-template {args.chat_template!r}: no such file (give a Jinja template file "
+                "or the template text itself)"
+            )
     if args.device == "cuda":
         check_cuda_available()
-    if args.max_total_tokens is not None and args.context_length is not None \
-            and args.max_total_tokens < min(args.context_length, 2):
+    if (
+        args.max_total_tokens is not None
+        and args.context_length is not None
+        and args.max_total_tokens < min(args.context_length, 2)
+    ):
         raise StartupError(f"--max-total-tokens {args.max_total_tokens} is too small for any request")
-    if args.max_running_requests is not None and args.max_total_tokens is not None \
-            and args.max_running_requests > args.max_total_tokens:
-        raise StartupError(f"--max-running-requests {args.max_running_requests} exceeds --max-total-tokens "
-                           f"{args.max_total_tokens}: every running request needs at least one KV slot")
+    if (
+        args.max_running_requests is not None
+        and args.max_total_tokens is not None
+        and args.max_running_requests > args.max_total_tokens
+    ):
+        raise StartupError(
+            f"--max-running-requests {args.max_running_requests} exceeds --max-total-tokens "
+            f"{args.max_total_tokens}: every running request needs at least one KV slot"
+        )
 
 
 def _names_a_local_directory(model_path: str) -> bool:
@@ -59,8 +69,10 @@ def check_cuda_available() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise StartupError("--device cuda: torch sees no CUDA GPU (torch.cuda.is_available() is False, torch "
-                           f"{torch.__version__}); use --device cpu or install a CUDA build of torch")
+        raise StartupError(
+            "--device cuda: torch sees no CUDA GPU (torch.cuda.is_available() is False, torch "
+            f"{torch.__version__}); use --device cpu or install a CUDA build of torch"
+        )
 
 
 def _check_dir(path: str, flag: str, files: tuple, what: str, any_of: bool = False) -> None:

@@ -11,9 +11,8 @@ dropped (the nucleus is an upper set, so none of them can be in it) and the row 
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import sys
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -62,7 +61,11 @@ def _plain_greedy(reqs: Sequence) -> bool:
     """Greedy with no penalty, no pending min_new_tokens stop mask and no constraint, for every request
     (Req.plain_greedy; request-like objects without it take the general path)."""
     for req in reqs:
-        if not getattr(req, "plain_greedy", False) or req.matcher is not None or len(req.output_ids) < req.sampling_params.min_new_tokens:
+        if (
+            not getattr(req, "plain_greedy", False)
+            or req.matcher is not None
+            or len(req.output_ids) < req.sampling_params.min_new_tokens
+        ):
             return False
     return True
 

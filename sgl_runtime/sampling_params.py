@@ -8,11 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from sgl_runtime.sglang_fields import SAMPLING_PARAMS, UnsupportedFieldError, strip_sglang_fields
 from sgl_runtime.json_schema_options import JsonSchemaOptions, JsonSchemaSpec
+from sgl_runtime.sglang_fields import SAMPLING_PARAMS, UnsupportedFieldError, strip_sglang_fields
 
-
-SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 63 - 1  # a signed 64-bit seed (OpenAI's range); seed + n stays < 2**64
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # a signed 64-bit seed (OpenAI's range); seed + n stays < 2**64
 BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
 
 
@@ -105,7 +104,9 @@ class SamplingParams:
         for token_id, bias in self.logit_bias:
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
                 bad("logit_bias", f"token {token_id}: the bias must be a number in [-100, 100], got {bias!r}")
-        constraints = [n for n in ("regex", "json_schema", "ebnf", "choices", "structural_tag") if getattr(self, n) is not None]
+        constraints = [
+            n for n in ("regex", "json_schema", "ebnf", "choices", "structural_tag") if getattr(self, n) is not None
+        ]
         if len(constraints) > 1:
             bad(constraints[1], f"only one constraint may be given, got {', '.join(constraints)}")
         if self.regex is not None and not isinstance(self.regex, str):

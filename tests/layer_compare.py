@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-
 from model_fixtures import _hf_model, load_for_test
 
 
@@ -14,8 +13,10 @@ def hf_layer_outputs(path: str, token_ids: Sequence[int]) -> tuple[list[torch.Te
     """transformers' hidden state after each decoder layer [len, hidden] and its logits [len, vocab]."""
     model = _hf_model(path)
     captured: list[torch.Tensor] = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(_first(out)[0].detach()))
-             for layer in model.model.layers]
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: captured.append(_first(out)[0].detach()))
+        for layer in model.model.layers
+    ]
     try:
         with torch.no_grad():
             logits = model(torch.tensor([list(token_ids)])).logits[0].float()
@@ -29,8 +30,10 @@ def our_layer_outputs(path: str, token_ids: Sequence[int], **harness_kwargs) -> 
     """Our hidden state after each decoder layer (its output plus the running residual) and our logits."""
     model, harness = load_for_test(path, harness_kwargs=harness_kwargs or None)
     captured: list[torch.Tensor] = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append((out[0] + out[1]).detach()))
-             for layer in model.model.layers]
+    hooks = [
+        layer.register_forward_hook(lambda _m, _i, out: captured.append((out[0] + out[1]).detach()))
+        for layer in model.model.layers
+    ]
     try:
         logits = harness.run_forward([(harness.new_request(), 0, list(token_ids))])[0]
     finally:

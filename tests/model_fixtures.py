@@ -13,31 +13,65 @@ from typing import Optional, Sequence
 
 import torch
 
-from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
+from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
 from sgl_runtime.layers.attention.torch_backend import TorchAttentionBackend
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.model_config import head_dim_of
-from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
 
 TINY_VOCAB = 151936
 _COMMON = dict(
-    vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645,
+    vocab_size=TINY_VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-6,
+    bos_token_id=151643,
+    eos_token_id=151645,
 )
 # name -> (architecture, config overrides)
 TINY_ARCHS: dict[str, tuple[str, dict]] = {
-    "llama3": ("LlamaForCausalLM", dict(rope_theta=500000.0, rope_scaling=dict(
-        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64))),
+    "llama3": (
+        "LlamaForCausalLM",
+        dict(
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        ),
+    ),
     "llama2": ("LlamaForCausalLM", dict(rope_theta=10000.0, num_key_value_heads=4)),
     "mistral": ("MistralForCausalLM", dict(rope_theta=1000000.0, sliding_window=256)),
     "qwen2": ("Qwen2ForCausalLM", dict(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False)),
     "qwen3": ("Qwen3ForCausalLM", dict(rope_theta=1000000.0, head_dim=32, tie_word_embeddings=False)),
     # layer 1 keeps a dense MLP (mlp_only_layers), layers 0 and 2 are sparse
-    "qwen3_moe": ("Qwen3MoeForCausalLM", dict(rope_theta=1000000.0, head_dim=16, num_hidden_layers=3, num_experts=8,
-                                              num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1],
-                                              norm_topk_prob=True, tie_word_embeddings=False)),
-    "mixtral": ("MixtralForCausalLM", dict(rope_theta=1000000.0, num_local_experts=4, num_experts_per_tok=2,
-                                           intermediate_size=32, sliding_window=None)),
+    "qwen3_moe": (
+        "Qwen3MoeForCausalLM",
+        dict(
+            rope_theta=1000000.0,
+            head_dim=16,
+            num_hidden_layers=3,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            mlp_only_layers=[1],
+            norm_topk_prob=True,
+            tie_word_embeddings=False,
+        ),
+    ),
+    "mixtral": (
+        "MixtralForCausalLM",
+        dict(
+            rope_theta=1000000.0, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=None
+        ),
+    ),
 }
 ARCH_NAMES = tuple(TINY_ARCHS)
 
@@ -107,8 +141,15 @@ def _hf_model(path: str):
 class ForwardHarness:
     """Pools + torch backend around a loaded model; `run_forward` plays the model runner's part."""
 
-    def __init__(self, model, max_reqs: int = 8, max_tokens: int = 1024, max_context: int = 512,
-                 dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    def __init__(
+        self,
+        model,
+        max_reqs: int = 8,
+        max_tokens: int = 1024,
+        max_context: int = 512,
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+    ):
         config = model.config
         self.model = model
         self.device = device
@@ -124,8 +165,12 @@ class ForwardHarness:
         """Point dst's first `length` positions at src's KV slots (what a radix-cache hit does)."""
         self.req_pool.req_to_token[dst_slot, :length] = self.req_pool.req_to_token[src_slot, :length]
 
-    def run_forward(self, reqs: Sequence[tuple[int, int, Sequence[int]]], mode: ForwardMode = ForwardMode.EXTEND,
-                    all_logits: bool = True) -> list[torch.Tensor]:
+    def run_forward(
+        self,
+        reqs: Sequence[tuple[int, int, Sequence[int]]],
+        mode: ForwardMode = ForwardMode.EXTEND,
+        all_logits: bool = True,
+    ) -> list[torch.Tensor]:
         """reqs: (request slot, prefix_len, new token ids). Returns per request its logits [E, vocab]
         (every new token when all_logits, else only the last)."""
         batch = self.build_batch(reqs, mode, all_logits)
@@ -147,13 +192,23 @@ class ForwardHarness:
         logits_indices = list(range(offset)) if all_logits else [e - 1 for e in ends]
         t = lambda xs: torch.tensor(xs, dtype=torch.int64, device=self.device)  # noqa: E731
         return ForwardBatch(
-            forward_mode=mode, batch_size=len(reqs),
-            input_ids=t([tok for _, _, ids in reqs for tok in ids]), positions=t(positions),
-            req_pool_indices=t([slot for slot, _, _ in reqs]), seq_lens=t([p + e for p, e in zip(prefix, extend)]),
-            extend_prefix_lens=t(prefix), extend_seq_lens=t(extend), extend_start_loc=t(starts),
-            out_cache_loc=out_cache_loc, seq_lens_cpu=[p + e for p, e in zip(prefix, extend)],
-            extend_prefix_lens_cpu=prefix, extend_seq_lens_cpu=extend, logits_indices=t(logits_indices),
-            logits_indices_cpu=logits_indices, attn_backend=self.backend, req_to_token=self.req_pool.req_to_token,
+            forward_mode=mode,
+            batch_size=len(reqs),
+            input_ids=t([tok for _, _, ids in reqs for tok in ids]),
+            positions=t(positions),
+            req_pool_indices=t([slot for slot, _, _ in reqs]),
+            seq_lens=t([p + e for p, e in zip(prefix, extend)]),
+            extend_prefix_lens=t(prefix),
+            extend_seq_lens=t(extend),
+            extend_start_loc=t(starts),
+            out_cache_loc=out_cache_loc,
+            seq_lens_cpu=[p + e for p, e in zip(prefix, extend)],
+            extend_prefix_lens_cpu=prefix,
+            extend_seq_lens_cpu=extend,
+            logits_indices=t(logits_indices),
+            logits_indices_cpu=logits_indices,
+            attn_backend=self.backend,
+            req_to_token=self.req_pool.req_to_token,
         )
 
 

@@ -36,8 +36,16 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log_path = Path(tempfile.mkstemp(prefix="sgl_server_", suffix=".log")[1])
-        args = [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(self.port), *model_args, *DEFAULT_ARGS,
-                *extra_args]
+        args = [
+            sys.executable,
+            "-m",
+            "sgl_runtime.launch_server",
+            "--port",
+            str(self.port),
+            *model_args,
+            *DEFAULT_ARGS,
+            *extra_args,
+        ]
         if api_key:
             args += ["--api-key", api_key]
         self._log = open(self.log_path, "wb")
@@ -91,7 +99,7 @@ def descendant_pids(pid: int) -> set[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if fields[0] != "Z":
                 parents[int(entry.name)] = int(fields[1])
     found, frontier = set(), {pid}

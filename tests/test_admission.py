@@ -6,21 +6,24 @@ retracted when it proves optimistic."""
 from __future__ import annotations
 
 import pytest
-
 from engine_fixtures import checkpoint, random_prompts
+
 from sgl_runtime.engine import Engine
+from sgl_runtime.sampling_params import SamplingParams
 from sgl_runtime.scheduler.prefill_adder import reserved_tokens, runs_to_length
 from sgl_runtime.scheduler.req import Req
-from sgl_runtime.sampling_params import SamplingParams
 
 
-@pytest.mark.parametrize("params, certain", [
-    (SamplingParams(max_new_tokens=40, ignore_eos=True), True),
-    (SamplingParams(max_new_tokens=40), False),  # EOS may come early
-    (SamplingParams(max_new_tokens=40, ignore_eos=True, stop=["END"]), False),
-    (SamplingParams(max_new_tokens=40, ignore_eos=True, stop_token_ids=[7]), False),
-    (SamplingParams(max_new_tokens=40, ignore_eos=True, regex="[a-z]+"), False),
-])
+@pytest.mark.parametrize(
+    "params, certain",
+    [
+        (SamplingParams(max_new_tokens=40, ignore_eos=True), True),
+        (SamplingParams(max_new_tokens=40), False),  # EOS may come early
+        (SamplingParams(max_new_tokens=40, ignore_eos=True, stop=["END"]), False),
+        (SamplingParams(max_new_tokens=40, ignore_eos=True, stop_token_ids=[7]), False),
+        (SamplingParams(max_new_tokens=40, ignore_eos=True, regex="[a-z]+"), False),
+    ],
+)
 def test_reservation_follows_whether_the_length_is_certain(params, certain):
     req = Req("r", [1, 2, 3], params)
     req.output_ids = [5] * 10

@@ -15,8 +15,14 @@ BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 
 def _run(script: str) -> dict:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(BENCH_DIR / script), "--tiny", "--device", "cpu"], cwd=BENCH_DIR,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / script), "--tiny", "--device", "cpu"],
+        cwd=BENCH_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, proc.stdout
@@ -26,8 +32,16 @@ def _run(script: str) -> dict:
 def test_offline_throughput_tiny():
     result = _run("offline_throughput.py")
     assert result["benchmark"] == "offline_throughput" and result["requests"] == 6
-    for key in ("output_tok_s", "total_tok_s", "batch1_decode_tok_s", "batch1_decode_tok_s_no_overlap", "prefill_tok_s",
-                "prefill_tok_s_first_pass", "hf_output_tok_s", "ratio_vs_hf"):
+    for key in (
+        "output_tok_s",
+        "total_tok_s",
+        "batch1_decode_tok_s",
+        "batch1_decode_tok_s_no_overlap",
+        "prefill_tok_s",
+        "prefill_tok_s_first_pass",
+        "hf_output_tok_s",
+        "ratio_vs_hf",
+    ):
         assert result[key] > 0, key
     assert 0 < result["gpu_busy_fraction"] <= 1.0
 

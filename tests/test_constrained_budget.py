@@ -23,10 +23,16 @@ from sgl_runtime.constrained.vocabulary import Vocabulary
 from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 REGEXES = [r"[a-z]+@[a-z]+\.com", r'\{"x": \[[0-9]+(, [0-9]+)*\]\}', r"(ab|cd)*e{2,}"]
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
-                                           "tags": {"type": "array", "items": {"type": "string"}},
-                                           "n": {"type": "integer"}},
-          "required": ["name", "tags", "n"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "n": {"type": "integer"},
+    },
+    "required": ["name", "tags", "n"],
+    "additionalProperties": False,
+}
 
 
 def allowed_ids(mask: np.ndarray) -> list[int]:
@@ -123,9 +129,11 @@ def test_tiny_random_walks_end_accepting(pattern):
 
 # ---- Qwen2.5 tokenizer --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_regex_walks_end_accepting_within_budget(qwen, pattern):
     import re
+
     c = compile_constraint("regex", pattern, qwen)
     rng = random.Random(hash(pattern) % 1000)
     for _ in range(30):
@@ -169,7 +177,7 @@ def test_grammar_walks_with_a_tight_budget(qwen):
 
 
 def test_grammar_walks_on_tiny_vocabulary():
-    tokens = ['{', '}', '[', ']', '"', 'a', '"a"', ':', ',', '1', '12', '[[', '{"a":[', ' ', 'true']
+    tokens = ["{", "}", "[", "]", '"', "a", '"a"', ":", ",", "1", "12", "[[", '{"a":[', " ", "true"]
     c = compile_grammar("json", Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)]))
     parser = lark.Lark(grammar_text("json"), parser="lalr")
     rng = random.Random(5)
@@ -180,8 +188,9 @@ def test_grammar_walks_on_tiny_vocabulary():
         parser.parse(decode(c, out))
 
 
-@pytest.mark.parametrize("kind, spec", [("regex", REGEXES[1]), ("json_schema", json.dumps(SCHEMA)),
-                                        ("grammar", "json")])
+@pytest.mark.parametrize(
+    "kind, spec", [("regex", REGEXES[1]), ("json_schema", json.dumps(SCHEMA)), ("grammar", "json")]
+)
 def test_masks_unchanged_with_a_large_budget(qwen, kind, spec):
     c = compile_constraint(kind, spec, qwen)
     rng = random.Random(11)

@@ -86,8 +86,12 @@ def _byte_level_tokenizer() -> PreTrainedTokenizerFast:
     pieces = [bytes([b]) for b in range(256)] + [b" a", b"ab", " é".encode()]
     vocab = {"".join(alphabet[x] for x in p): i for i, p in enumerate(pieces)}
     vocab["<eos>"] = len(vocab)
-    merges = [(alphabet[32], alphabet[97]), (alphabet[97], alphabet[98]),
-              (alphabet[32], alphabet[0xC3]), (alphabet[32] + alphabet[0xC3], alphabet[0xA9])]
+    merges = [
+        (alphabet[32], alphabet[97]),
+        (alphabet[97], alphabet[98]),
+        (alphabet[32], alphabet[0xC3]),
+        (alphabet[32] + alphabet[0xC3], alphabet[0xA9]),
+    ]
     vocab[alphabet[32] + alphabet[0xC3]] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -97,8 +101,9 @@ def _byte_level_tokenizer() -> PreTrainedTokenizerFast:
 
 def _sentencepiece_tokenizer() -> PreTrainedTokenizerFast:
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581", "\u2581a", "b", "ab", "é"]
-    tok = Tokenizer(models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=[], byte_fallback=True,
-                               unk_token="<unk>"))
+    tok = Tokenizer(
+        models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=[], byte_fallback=True, unk_token="<unk>")
+    )
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
@@ -176,8 +181,12 @@ def test_utf8_validity_of_any_char():
 
 def test_json_schema_dispatch_accepts_dict_string_and_bool():
     tok = _byte_level_tokenizer()
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
     for spec in (schema, __import__("json").dumps(schema)):
         c = compile_constraint("json_schema", spec, tok)
         assert c.accepts('{"a":12}') and not c.accepts('{"a":"x"}') and not c.accepts('{"a": 12}')

@@ -14,8 +14,8 @@ import jsonschema
 import lark
 import pytest
 import requests
-
 from server_fixtures import start_server
+
 from sgl_runtime.constrained.grammar.source import grammar_text
 
 N = 200
@@ -23,12 +23,21 @@ MAX_NEW_TOKENS = 12
 
 REGEXES = [r"[a-z]+@[a-z]+\.com", r'\{"x": \[[0-9]+(, [0-9]+)*\]\}', r"\d{3}-\d{2,4}( ext\. \w+)?"]
 SCHEMAS = [
-    {"type": "object", "properties": {"name": {"type": "string"},
-                                      "tags": {"type": "array", "items": {"type": "string"}}},
-     "required": ["name", "tags"], "additionalProperties": False},
-    {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
-                                      "size": {"type": "integer", "minimum": 1, "maximum": 99}},
-     "required": ["color", "size"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "tags"],
+        "additionalProperties": False,
+    },
+    {
+        "type": "object",
+        "properties": {
+            "color": {"enum": ["red", "green", "blue"]},
+            "size": {"type": "integer", "minimum": 1, "maximum": 99},
+        },
+        "required": ["color", "size"],
+        "additionalProperties": False,
+    },
     {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 5},
 ]
 GRAMMARS = ["json", "arithmetic"]
@@ -49,8 +58,7 @@ def url(request) -> str:
 
 def generate(url: str, prompt: str, constraint: dict) -> list[str]:
     """N constrained generations in one batched /generate call, each with its own seed."""
-    params = [{"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "seed": 1000 + i, **constraint}
-              for i in range(N)]
+    params = [{"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "seed": 1000 + i, **constraint} for i in range(N)]
     r = requests.post(f"{url}/generate", json={"text": [prompt] * N, "sampling_params": params}, timeout=600)
     assert r.status_code == 200, r.text
     out = r.json()

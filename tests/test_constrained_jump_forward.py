@@ -43,8 +43,12 @@ def test_forced_tokens_are_canonical_and_legal(tok):
 def test_full_generation_with_jump_forward_is_canonical(tok):
     c = compile_constraint("regex", PERSON, tok, vocab_size=151936, eos_token_ids=EOS)
     m, ids, passes = c.matcher(), [], 0
-    script = iter(tok.encode("alice", add_special_tokens=False) + tok.encode('"', add_special_tokens=False)
-                  + tok.encode("42", add_special_tokens=False) + [tok.encode("}", add_special_tokens=False)[0]])
+    script = iter(
+        tok.encode("alice", add_special_tokens=False)
+        + tok.encode('"', add_special_tokens=False)
+        + tok.encode("42", add_special_tokens=False)
+        + [tok.encode("}", add_special_tokens=False)[0]]
+    )
     while not m.is_terminated():
         forced = m.forced_token_ids()
         for t in forced:

@@ -13,9 +13,24 @@ from sgl_runtime.constrained.vocabulary import Vocabulary
 
 ALPHABET = ["a", "b", "c", "0", "7", "é", "日", " ", "-", ".", "\n", "😀"]
 ATOMS = {  # regex text -> characters of ALPHABET it matches
-    "a": "a", "b": "b", "é": "é", "日": "日", "😀": "😀", r"\.": ".", r"\-": "-", " ": " ",
-    "[ab]": "ab", "[^a]": "bc07é日 -.\n😀", "[a-c]": "abc", r"\d": "07", ".": "abc07é日 -.😀",
-    "[é日]": "é日", r"[\s]": " \n", "[^ -~]": "é日\n😀", r"\w": "abc07", r"\W": "é日 -.\n😀",
+    "a": "a",
+    "b": "b",
+    "é": "é",
+    "日": "日",
+    "😀": "😀",
+    r"\.": ".",
+    r"\-": "-",
+    " ": " ",
+    "[ab]": "ab",
+    "[^a]": "bc07é日 -.\n😀",
+    "[a-c]": "abc",
+    r"\d": "07",
+    ".": "abc07é日 -.😀",
+    "[é日]": "é日",
+    r"[\s]": " \n",
+    "[^ -~]": "é日\n😀",
+    r"\w": "abc07",
+    r"\W": "é日 -.\n😀",
 }
 QUANTIFIERS = ["", "", "*", "+", "?", "{2}", "{1,3}", "{0,2}", "{2,}"]
 GROUP_QUANTIFIERS = ["", "", "*", "+", "?", "{2}"]  # nested counted repeats blow up interegular
@@ -40,8 +55,8 @@ def gen_strings(rng: random.Random, dfa: ByteDFA, count: int) -> list[str]:
             out.append(sample)
             if sample:
                 i = rng.randrange(len(sample))
-                out.append(sample[:i] + rng.choice(ALPHABET) + sample[i + 1:])
-                out.append(sample[:i] + sample[i + 1:])
+                out.append(sample[:i] + rng.choice(ALPHABET) + sample[i + 1 :])
+                out.append(sample[:i] + sample[i + 1 :])
     return out
 
 
@@ -84,7 +99,7 @@ def test_escapes_and_unicode_classes():
         r"[\u00e0-\u00ff]{2}": ["àÿ", "àz", "à"],
         r"\x41\t\n": ["A\t\n", "A \n"],
         r"(?:ab){1,2}c": ["abc", "ababc", "abababc", "c"],
-        r"[^\"\\]{0,3}": ["", "日本語", "a\"b", "日本語x"],
+        r"[^\"\\]{0,3}": ["", "日本語", 'a"b', "日本語x"],
     }
     for pattern, texts in cases.items():
         dfa = ByteDFA.from_regex(pattern)

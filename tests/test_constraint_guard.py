@@ -30,8 +30,9 @@ EOS = [151645, 151643]
 
 @pytest.fixture(scope="module")
 def cache():
-    c = ConstraintCache(str(get_qwen2_tokenizer_dir()), VOCAB_SIZE, EOS, max_size=4, compile_timeout=TIMEOUT_S,
-                        compile_workers=1)
+    c = ConstraintCache(
+        str(get_qwen2_tokenizer_dir()), VOCAB_SIZE, EOS, max_size=4, compile_timeout=TIMEOUT_S, compile_workers=1
+    )
     c.start_workers()
     yield c
     c.shutdown()
@@ -47,8 +48,7 @@ def _outcome(future):
 def test_valid_constraints_compile_in_the_worker(cache):
     regex = cache.get("regex", r"[0-9]{3}-[a-z]+")
     assert regex.accepts("123-abc") and not regex.accepts("12-abc")
-    schema = cache.get("json_schema", {"type": "object", "properties": {"id": {"type": "integer"}},
-                                       "required": ["id"]})
+    schema = cache.get("json_schema", {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]})
     assert schema.accepts('{"id":7}') and not schema.accepts('{"id":"7"}')
     assert cache.get("choices", ["yes", "no"]).accepts("yes")
 
@@ -125,8 +125,7 @@ def guarded_server():
 
 
 def _generate(url: str, sampling_params: dict, timeout: float = 120) -> requests.Response:
-    return requests.post(f"{url}/generate", json={"text": "Hello", "sampling_params": sampling_params},
-                         timeout=timeout)
+    return requests.post(f"{url}/generate", json={"text": "Hello", "sampling_params": sampling_params}, timeout=timeout)
 
 
 def test_server_rejects_a_slow_constraint_without_stalling_others(guarded_server):
@@ -180,9 +179,16 @@ def test_each_distinct_constraint_compiles_once_over_http(guarded_server):
         assert _generate(url, params).status_code == 200
     batch = requests.post(f"{url}/generate", json={"text": ["a", "b", "c"], "sampling_params": regex}, timeout=120)
     assert batch.status_code == 200
-    chat = requests.post(f"{url}/v1/chat/completions", timeout=120, json={
-        "model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-        "regex": "(yes|no)[0-9]"})
+    chat = requests.post(
+        f"{url}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": "default",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+            "regex": "(yes|no)[0-9]",
+        },
+    )
     assert chat.status_code == 200, chat.text
     after = guarded_server.server_info()["scheduler_stats"]["constraint_cache"]
     assert after["compiles"] - before["compiles"] == 2
@@ -191,8 +197,11 @@ def test_each_distinct_constraint_compiles_once_over_http(guarded_server):
 
 def test_compile_workers_stop_with_the_server(guarded_server):
     children = set(guarded_server.server_info()["process_ids"].values())
-    validators = [pid for pid in descendant_pids(guarded_server.proc.pid)
-                  if pid not in children and _cmdline(pid).count(b"spawn_main")]
+    validators = [
+        pid
+        for pid in descendant_pids(guarded_server.proc.pid)
+        if pid not in children and _cmdline(pid).count(b"spawn_main")
+    ]
     assert validators, "the scheduler runs its constraint compile workers in child processes"
     guarded_server.stop()
     deadline = time.monotonic() + 10

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sgl_runtime.scheduler.req import Req
-from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
+from sgl_runtime.forward_batch import ForwardMode
 from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from sgl_runtime.mem_cache.radix_cache import RadixCache
-from sgl_runtime.forward_batch import ForwardMode
 from sgl_runtime.sampler import Sampler
 from sgl_runtime.sampling_params import SamplingParams
+from sgl_runtime.scheduler.req import Req
+from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
 
 
 def _pools():
@@ -63,8 +63,16 @@ def test_mixed_extend_prepare_keeps_general_layout():
     assert fb.extend_start_loc.tolist() == [0, 1] and fb.logits_indices.tolist() == [0, 2]
     table = pools[0].req_to_token
     assert table[b.req_pool_idx, 2:4].tolist() == fb.out_cache_loc[1:].tolist()
-    fields = (fb.input_ids, fb.positions, fb.req_pool_indices, fb.seq_lens, fb.extend_prefix_lens,
-              fb.extend_seq_lens, fb.extend_start_loc, fb.logits_indices)
+    fields = (
+        fb.input_ids,
+        fb.positions,
+        fb.req_pool_indices,
+        fb.seq_lens,
+        fb.extend_prefix_lens,
+        fb.extend_seq_lens,
+        fb.extend_start_loc,
+        fb.logits_indices,
+    )
     assert all(t.data_ptr() % 16 == 0 for t in fields)  # odd column lengths are padded: Triton alignment
 
 
@@ -72,8 +80,9 @@ def test_plain_greedy_is_argmax_but_min_new_tokens_still_masks_eos():
     logits = torch.tensor([[0.0, 1.5, 1.0], [3.0, 0.0, 1.0]])
     plain = Req("p", [1], SamplingParams(temperature=0.0, max_new_tokens=4), eos_token_ids=frozenset({1}))
     assert Sampler()(logits.clone(), [plain, plain]).tolist() == [1, 0]
-    held = Req("h", [1], SamplingParams(temperature=0.0, max_new_tokens=4, min_new_tokens=2),
-               eos_token_ids=frozenset({1}))
+    held = Req(
+        "h", [1], SamplingParams(temperature=0.0, max_new_tokens=4, min_new_tokens=2), eos_token_ids=frozenset({1})
+    )
     assert Sampler()(logits.clone(), [held, plain]).tolist() == [2, 0]  # EOS (1) banned before 2 tokens
     penalized = Req("q", [1], SamplingParams(temperature=0.0, max_new_tokens=4, repetition_penalty=2.0))
     assert not penalized.plain_greedy and plain.plain_greedy
@@ -120,9 +129,17 @@ def test_sampling_without_top_p_never_syncs_the_stream():
     rounds are the one documented exception."""
     reqs = [
         Req("a", [1, 2], SamplingParams(temperature=0.7, top_k=20, min_p=0.05, seed=3, max_new_tokens=8)),
-        Req("b", [3], SamplingParams(temperature=1.0, frequency_penalty=0.5, presence_penalty=0.2,
-                                     repetition_penalty=1.3, max_new_tokens=8), eos_token_ids=frozenset({7})),
-        Req("c", [4], SamplingParams(temperature=0.0, max_new_tokens=8, min_new_tokens=4), eos_token_ids=frozenset({5})),
+        Req(
+            "b",
+            [3],
+            SamplingParams(
+                temperature=1.0, frequency_penalty=0.5, presence_penalty=0.2, repetition_penalty=1.3, max_new_tokens=8
+            ),
+            eos_token_ids=frozenset({7}),
+        ),
+        Req(
+            "c", [4], SamplingParams(temperature=0.0, max_new_tokens=8, min_new_tokens=4), eos_token_ids=frozenset({5})
+        ),
     ]
     for req in reqs:
         req.output_ids = [9, 10]
@@ -139,8 +156,8 @@ def test_sampling_without_top_p_never_syncs_the_stream():
 
 
 def test_ids_between_slices_prompt_and_output_without_building_fill_ids():
-    from sgl_runtime.scheduler.req import Req
     from sgl_runtime.sampling_params import SamplingParams
+    from sgl_runtime.scheduler.req import Req
 
     req = Req("r", [1, 2, 3, 4], SamplingParams(max_new_tokens=8))
     req.output_ids = [5, 6, 7]

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import torch
+from model_fixtures import ForwardHarness
 from safetensors.torch import load_file
 
-from model_fixtures import ForwardHarness
-from sgl_runtime.model_loader.demo_model import get_demo_model_path
 from sgl_runtime.model_config import ModelConfig
+from sgl_runtime.model_loader.demo_model import get_demo_model_path
 from sgl_runtime.model_loader.loader import load_model
 from sgl_runtime.tokenizer_utils import load_tokenizer
 
@@ -46,8 +46,10 @@ def test_demo_model_is_deterministic_and_loads(tmp_path):
 
 def test_concurrent_first_use_is_safe(tmp_path):
     code = "import sys; from sgl_runtime.model_loader.demo_model import get_demo_model_path; print(get_demo_model_path(sys.argv[1]))"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     outputs = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert outputs == {str(tmp_path / "demo-qwen2-v2")}
@@ -62,4 +64,6 @@ def test_demo_tokenizer_loads_without_warnings(tmp_path):
     assert json.loads(Path(path, "config.json").read_text())["transformers_version"]
     code = "import sys; from sgl_runtime.tokenizer_utils import load_tokenizer; load_tokenizer(sys.argv[1])"
     result = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "warn" not in result.stderr.lower() and "regex" not in result.stderr, result.stderr
+    assert result.returncode == 0 and "warn" not in result.stderr.lower() and "regex" not in result.stderr, (
+        result.stderr
+    )

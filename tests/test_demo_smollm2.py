@@ -72,8 +72,12 @@ def test_a_clean_start_logs_no_warnings(server):
 
 
 def test_chat_says_paris_is_the_capital_of_france(server):
-    body = {"model": "sgl-demo", "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            "max_tokens": 32, "temperature": 0}
+    body = {
+        "model": "sgl-demo",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 32,
+        "temperature": 0,
+    }
     answer = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
     assert "Paris" in answer["choices"][0]["message"]["content"], answer
 
@@ -85,16 +89,24 @@ def test_greedy_output_equals_transformers(server, tokenizer, reference):
     eos = reference.generation_config.eos_token_id
     for prompt, out in zip(prompts, ours):
         with torch.no_grad():
-            expected = reference.generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
-                                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-        expected = [t for t in expected[0, len(prompt):].tolist()]
+            expected = reference.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=MAX_NEW_TOKENS,
+                do_sample=False,
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            )
+        expected = [t for t in expected[0, len(prompt) :].tolist()]
         assert _until_eos(out["output_ids"], eos) == _until_eos(expected, eos), tokenizer.decode(prompt)
 
 
 def test_prompt_logprobs_match_transformers(server, tokenizer, reference):
     prompt = tokenizer.encode("Paris is the capital and largest city of France, with an estimated population of")
-    body = {"input_ids": prompt, "return_logprob": True, "logprob_start_len": 0,
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    body = {
+        "input_ids": prompt,
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+    }
     meta = requests.post(f"{server.url}/generate", json=body, timeout=120).json()["meta_info"]
     ours = torch.tensor([entry[0] for entry in meta["input_token_logprobs"][1:]])
     with torch.no_grad():

@@ -30,8 +30,13 @@ def test_every_path_architecture_md_names_exists():
 
 def test_every_package_has_a_line_in_architecture_md():
     doc = (ROOT / "docs" / "architecture.md").read_text()
-    packages = sorted({path.parent.relative_to(ROOT).as_posix() + "/"
-                       for package in ("sgl_lang", "sgl_runtime") for path in (ROOT / package).rglob("__init__.py")})
+    packages = sorted(
+        {
+            path.parent.relative_to(ROOT).as_posix() + "/"
+            for package in ("sgl_lang", "sgl_runtime")
+            for path in (ROOT / package).rglob("__init__.py")
+        }
+    )
     missing = [pkg for pkg in packages if f"`{pkg}`" not in doc and f"`{pkg.split('/', 1)[1]}`" not in doc]
     assert missing == []
 

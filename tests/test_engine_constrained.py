@@ -8,8 +8,8 @@ import re
 
 import jsonschema
 import pytest
-
 from engine_fixtures import checkpoint, random_prompts
+
 from sgl_runtime.engine import Engine
 from sgl_runtime.sampling_params import InvalidRequestError
 
@@ -46,10 +46,12 @@ def test_regex_outputs_match_at_temperature_1(engine):
 
 @pytest.mark.parametrize("jump_forward", [True, False])
 def test_json_schema_outputs_validate_and_jump_forward_saves_passes(model_path, engine, jump_forward):
-    target = engine if jump_forward else Engine(model_path, device="cpu", max_total_tokens=4096,
-                                                disable_jump_forward=True)
-    params = [{"json_schema": json.dumps(SCHEMA), "temperature": 1.0, "max_new_tokens": 80, "seed": i}
-              for i in range(6)]
+    target = (
+        engine if jump_forward else Engine(model_path, device="cpu", max_total_tokens=4096, disable_jump_forward=True)
+    )
+    params = [
+        {"json_schema": json.dumps(SCHEMA), "temperature": 1.0, "max_new_tokens": 80, "seed": i} for i in range(6)
+    ]
     results = target.generate(input_ids=_prompts(6), sampling_params=params)
     for r in results:
         meta = r["meta_info"]
@@ -75,7 +77,9 @@ def test_bad_regex_fails_only_its_request(engine):
 
 
 def test_forced_text_is_jumped_over_from_the_start(engine):
-    r = engine.generate(input_ids=_prompts(1)[0], sampling_params={"regex": "The answer is (42|43)!", "temperature": 1.0})
+    r = engine.generate(
+        input_ids=_prompts(1)[0], sampling_params={"regex": "The answer is (42|43)!", "temperature": 1.0}
+    )
     assert re.fullmatch("The answer is (42|43)!", r["text"])
     assert r["meta_info"]["forward_passes"] <= 3 < r["meta_info"]["completion_tokens"]
     fixed = engine.generate(input_ids=_prompts(1)[0], sampling_params={"regex": "fully forced"})
@@ -83,15 +87,19 @@ def test_forced_text_is_jumped_over_from_the_start(engine):
 
 
 def test_jump_forward_under_retraction_gives_identical_greedy_output(model_path, engine):
-    schema = {"type": "object", "properties": {
-        "a_rather_long_fixed_key": {"type": "string", "maxLength": 16},
-        "another_quite_long_key_name": {"enum": ["alpha", "beta"]}},
-        "required": ["a_rather_long_fixed_key", "another_quite_long_key_name"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a_rather_long_fixed_key": {"type": "string", "maxLength": 16},
+            "another_quite_long_key_name": {"enum": ["alpha", "beta"]},
+        },
+        "required": ["a_rather_long_fixed_key", "another_quite_long_key_name"],
+        "additionalProperties": False,
+    }
     params = {"json_schema": json.dumps(schema), "temperature": 0, "max_new_tokens": 24}
     prompts = random_prompts([4, 9, 6, 12, 3, 8], seed=43)
     expected = engine.generate(input_ids=prompts, sampling_params=params)
-    small = Engine(model_path, device="cpu", max_total_tokens=48, chunked_prefill_size=8,
-                   schedule_conservativeness=0.1)
+    small = Engine(model_path, device="cpu", max_total_tokens=48, chunked_prefill_size=8, schedule_conservativeness=0.1)
     results = small.generate(input_ids=prompts, sampling_params=params)
     assert small.scheduler.metrics.num_retractions > 0
     assert [r["output_ids"] for r in results] == [r["output_ids"] for r in expected]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
+
 from sgl_runtime.engine import Engine
 
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
@@ -51,8 +51,14 @@ def test_small_pool_evicts_chunks_and_retracts_with_identical_output(model_path)
     expected = [hf_greedy(model_path, p, 20) for p in prompts]
     # 6 requests need 37 prompt + 120 output tokens; the pool holds 48, prefill chunks are 4 tokens, and a
     # low conservativeness reserves too little for running requests' outputs, so decode must retract.
-    engine = Engine(model_path, device="cpu", max_total_tokens=48, chunked_prefill_size=4, max_prefill_tokens=8,
-                    schedule_conservativeness=0.3)
+    engine = Engine(
+        model_path,
+        device="cpu",
+        max_total_tokens=48,
+        chunked_prefill_size=4,
+        max_prefill_tokens=8,
+        schedule_conservativeness=0.3,
+    )
     scheduler = engine.scheduler
     results = engine.generate(input_ids=prompts, sampling_params=params)
     assert [r["output_ids"] for r in results] == expected
@@ -104,8 +110,9 @@ def test_requests_submitted_together_share_their_prefix(model_path, chunk):
     cached (unfinished requests enter the radix tree right after their prefill), with exact outputs."""
     shared, *tails = random_prompts((48, 3, 5, 4, 6, 2), seed=11)
     prompts = [shared + t for t in tails]
-    engine = Engine(model_path, device="cpu", max_total_tokens=1024,
-                    chunked_prefill_size=-1 if chunk is None else chunk)
+    engine = Engine(
+        model_path, device="cpu", max_total_tokens=1024, chunked_prefill_size=-1 if chunk is None else chunk
+    )
     scheduler = engine.scheduler
     results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
     cached = sorted(r["meta_info"]["cached_tokens"] for r in results)
@@ -113,7 +120,9 @@ def test_requests_submitted_together_share_their_prefix(model_path, chunk):
     for prompt, r in list(zip(prompts, results))[:2]:
         assert r["output_ids"] == hf_greedy(model_path, prompt, GREEDY["max_new_tokens"])
     alone = Engine(model_path, device="cpu", max_total_tokens=1024, disable_radix_cache=True)
-    assert [r["output_ids"] for r in results] == [r["output_ids"] for r in alone.generate(input_ids=prompts, sampling_params=GREEDY)]
+    assert [r["output_ids"] for r in results] == [
+        r["output_ids"] for r in alone.generate(input_ids=prompts, sampling_params=GREEDY)
+    ]
     scheduler.tree_cache.check_integrity()
     assert scheduler.tree_cache.protected_size() == 0
     assert scheduler.kv_available_size() + scheduler.tree_cache.evictable_size() == scheduler.max_total_num_tokens

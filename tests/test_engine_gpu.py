@@ -7,8 +7,8 @@ import json
 
 import jsonschema
 import pytest
-
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
+
 from sgl_runtime.engine import Engine
 
 pytestmark = pytest.mark.gpu
@@ -36,8 +36,14 @@ def test_cuda_greedy_matches_transformers(model_path, prompts_and_expected, extr
 
 def test_cuda_small_pool_retracts_with_identical_output(model_path, prompts_and_expected):
     prompts, expected = prompts_and_expected
-    engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=320, chunked_prefill_size=32,
-                    schedule_conservativeness=0.3)
+    engine = Engine(
+        model_path,
+        device="cuda",
+        dtype="float32",
+        max_total_tokens=320,
+        chunked_prefill_size=32,
+        schedule_conservativeness=0.3,
+    )
     results = engine.generate(input_ids=prompts, sampling_params=GREEDY)
     assert [r["output_ids"] for r in results] == expected
     assert engine.flush_cache()
@@ -50,11 +56,16 @@ def test_cuda_default_pool_is_sized_by_measurement(model_path):
 
 
 def test_cuda_json_schema_with_jump_forward(model_path):
-    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999}, "b": {"enum": ["x", "y"]}},
-              "required": ["a", "b"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999}, "b": {"enum": ["x", "y"]}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
     engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096)
-    params = [{"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 40, "seed": i}
-              for i in range(16)]
+    params = [
+        {"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 40, "seed": i} for i in range(16)
+    ]
     for r in engine.generate(input_ids=random_prompts([6] * 16, seed=52), sampling_params=params):
         jsonschema.validate(json.loads(r["text"]), schema)
         assert r["meta_info"]["forward_passes"] < r["meta_info"]["completion_tokens"]
@@ -67,14 +78,18 @@ def test_cuda_overlap_schedule_matches_step_by_step(model_path, prompts_and_expe
     params += [{"max_new_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": i} for i in range(len(prompts))]
     results = {}
     for overlap in (True, False):
-        engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096,
-                        disable_overlap_schedule=not overlap)
+        engine = Engine(
+            model_path, device="cuda", dtype="float32", max_total_tokens=4096, disable_overlap_schedule=not overlap
+        )
         results[overlap] = engine.generate(input_ids=prompts + prompts, sampling_params=params)
         if overlap:
             assert engine.scheduler.metrics.overlapped_steps > 10
         assert engine.flush_cache()
     for on, off in zip(results[True], results[False]):
-        assert on["output_ids"] == off["output_ids"] and on["meta_info"]["finish_reason"] == off["meta_info"]["finish_reason"]
+        assert (
+            on["output_ids"] == off["output_ids"]
+            and on["meta_info"]["finish_reason"] == off["meta_info"]["finish_reason"]
+        )
     for r, e, p in zip(results[True], expected, params):
         assert r["output_ids"] == e[: p["max_new_tokens"]]
 
@@ -82,19 +97,35 @@ def test_cuda_overlap_schedule_matches_step_by_step(model_path, prompts_and_expe
 def test_cuda_overlapped_jump_forward_matches_step_by_step(model_path):
     """Jump-forward in overlapped steps (forced tokens from the host beside device ids, in mixed
     extends the decode graphs replay) gives step-by-step's tokens and forward-pass counts on CUDA."""
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                               "level": {"enum": ["junior", "senior", "staff"]},
-                                               "ok": {"type": "boolean"}},
-              "required": ["name", "level", "ok"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "level": {"enum": ["junior", "senior", "staff"]},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["name", "level", "ok"],
+        "additionalProperties": False,
+    }
     params = [{"json_schema": json.dumps(schema), "temperature": 0, "max_new_tokens": 48} for _ in range(6)]
-    params += [{"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 48, "seed": i} for i in range(6)]
-    params += [{"regex": r"(alpha|beta)-[0-9]{2}-(gamma|delta)", "temperature": 0, "max_new_tokens": 16},
-               {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}]
+    params += [
+        {"json_schema": json.dumps(schema), "temperature": 1.0, "max_new_tokens": 48, "seed": i} for i in range(6)
+    ]
+    params += [
+        {"regex": r"(alpha|beta)-[0-9]{2}-(gamma|delta)", "temperature": 0, "max_new_tokens": 16},
+        {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True},
+    ]
     prompts = random_prompts([5, 11, 7, 30, 3, 9, 6, 14, 4, 8, 12, 5, 7, 10], seed=53)
     results = {}
     for overlap in (True, False):
-        engine = Engine(model_path, device="cuda", dtype="float32", max_total_tokens=4096,
-                        disable_overlap_schedule=not overlap, overlap_jump_forward_min_batch=1)
+        engine = Engine(
+            model_path,
+            device="cuda",
+            dtype="float32",
+            max_total_tokens=4096,
+            disable_overlap_schedule=not overlap,
+            overlap_jump_forward_min_batch=1,
+        )
         results[overlap] = engine.generate(input_ids=prompts, sampling_params=params)
         if overlap:
             assert engine.scheduler.metrics.overlapped_steps > 10
@@ -128,8 +159,9 @@ def test_first_long_prefill_after_start_compiles_no_kernel(model_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _FIRST_PREFILL_SCRIPT, model_path], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_PREFILL_SCRIPT, model_path], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     after_start, after_prefill = json.loads(proc.stdout.strip().splitlines()[-1])
     assert after_start[0] >= 1 and after_prefill == after_start

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_fixtures import checkpoint, hf_logprobs, random_prompts
+
 from sgl_runtime.engine import Engine
 from sgl_runtime.sampling_params import InvalidRequestError
 
@@ -39,8 +39,9 @@ def _check_entries(entries, reference: torch.Tensor, ids: list[int], first: int)
 @pytest.mark.parametrize("start", [0, 1, 5, 19])
 def test_prompt_logprobs_match_transformers(model_path, engine, start):
     (prompt,) = random_prompts((20,), seed=11)
-    r = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 0}, return_logprob=True,
-                        logprob_start_len=start)
+    r = engine.generate(
+        input_ids=prompt, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=start
+    )
     _check_entries(r["meta_info"]["input_token_logprobs"], hf_logprobs(model_path, prompt), prompt, start)
 
 
@@ -48,8 +49,14 @@ def test_prompt_logprobs_exact_when_the_prompt_is_cached(model_path, engine):
     assert engine.flush_cache()
     (prompt,) = random_prompts((30,), seed=12)
     engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 0})  # cache the whole prompt
-    r = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 0}, return_logprob=True,
-                        logprob_start_len=10, top_logprobs_num=3, return_text_in_logprobs=True)
+    r = engine.generate(
+        input_ids=prompt,
+        sampling_params={"max_new_tokens": 0},
+        return_logprob=True,
+        logprob_start_len=10,
+        top_logprobs_num=3,
+        return_text_in_logprobs=True,
+    )
     assert r["meta_info"]["cached_tokens"] == 9  # position 9's logits score token 10: recomputed
     reference = hf_logprobs(model_path, prompt)
     _check_entries(r["meta_info"]["input_token_logprobs"], reference, prompt, 10)
@@ -64,9 +71,12 @@ def test_prompt_logprobs_exact_when_the_prompt_is_cached(model_path, engine):
 
 def test_output_logprobs_match_transformers(model_path, engine):
     prompts = random_prompts((6, 13), seed=13)
-    results = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 6, "temperature": 0,
-                                                                  "ignore_eos": True},
-                              return_logprob=True, top_logprobs_num=2)
+    results = engine.generate(
+        input_ids=prompts,
+        sampling_params={"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+        return_logprob=True,
+        top_logprobs_num=2,
+    )
     for prompt, r in zip(prompts, results):
         full = prompt + r["output_ids"]
         reference = hf_logprobs(model_path, full)
@@ -92,8 +102,9 @@ def _check_positions(positions, reference, ids: list[int], first_row: int) -> No
 def test_engine_prompt_and_output_positions_match_transformers(model_path, engine):
     (prompt,) = random_prompts((20,), seed=31)  # 20 tokens over chunks of 8: scored across chunk boundaries
     ids = [5, 17, 3, 17]  # request order kept, repeats included (as SGLang)
-    r = engine.generate(input_ids=prompt, sampling_params=GREEDY, return_logprob=True, logprob_start_len=0,
-                        token_ids_logprob=ids)
+    r = engine.generate(
+        input_ids=prompt, sampling_params=GREEDY, return_logprob=True, logprob_start_len=0, token_ids_logprob=ids
+    )
     meta = r["meta_info"]
     reference = hf_logprobs(model_path, prompt + r["output_ids"])
     inputs = meta["input_token_ids_logprobs"]
@@ -107,8 +118,14 @@ def test_engine_prompt_and_output_positions_match_transformers(model_path, engin
 
 def test_engine_batch_takes_one_list_per_prompt(model_path, engine):
     prompts = random_prompts((9, 14), seed=32)
-    results = engine.generate(input_ids=prompts, sampling_params=GREEDY, return_logprob=True, logprob_start_len=6,
-                              token_ids_logprob=[[1, 2], [40, 41, 42]], return_text_in_logprobs=True)
+    results = engine.generate(
+        input_ids=prompts,
+        sampling_params=GREEDY,
+        return_logprob=True,
+        logprob_start_len=6,
+        token_ids_logprob=[[1, 2], [40, 41, 42]],
+        return_text_in_logprobs=True,
+    )
     for prompt, ids, r in zip(prompts, [[1, 2], [40, 41, 42]], results):
         reference = hf_logprobs(model_path, prompt + r["output_ids"])
         inputs = r["meta_info"]["input_token_ids_logprobs"]
@@ -127,12 +144,15 @@ def test_engine_shared_list_and_absent_when_not_asked(engine):
     assert "output_token_ids_logprobs" not in plain["meta_info"]
 
 
-@pytest.mark.parametrize("value, message", [
-    ([3, 10 ** 9], "token_ids_logprob: token id 1000000000 is outside the vocabulary"),
-    ([[3]], "token_ids_logprob is a list of lists but the request has a single prompt"),
-    ("3", "token_ids_logprob must be a list"),
-    ([1.5], "token_ids_logprob must be a list of integer token ids"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ([3, 10**9], "token_ids_logprob: token id 1000000000 is outside the vocabulary"),
+        ([[3]], "token_ids_logprob is a list of lists but the request has a single prompt"),
+        ("3", "token_ids_logprob must be a list"),
+        ([1.5], "token_ids_logprob must be a list of integer token ids"),
+    ],
+)
 def test_engine_rejects_bad_ids(engine, value, message):
     with pytest.raises(InvalidRequestError, match=message):
         engine.generate(input_ids=[1, 2, 3], sampling_params=GREEDY, return_logprob=True, token_ids_logprob=value)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from engine_fixtures import checkpoint, random_prompts
+
 from sgl_runtime.engine import Engine
 from sgl_runtime.io_struct import AbortReq, FlushCacheReq, TokenizedGenerateReqInput
 from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
@@ -35,8 +35,13 @@ def test_bad_input_raises_naming_the_field(engine, kwargs, field):
 
 
 def _request(rid: str, ids: list[int], max_new: int, stream: bool = False, **params) -> TokenizedGenerateReqInput:
-    return TokenizedGenerateReqInput(rid=rid, input_text=None, input_ids=ids, stream=stream,
-                                     sampling_params=SamplingParams(max_new_tokens=max_new, ignore_eos=True, **params))
+    return TokenizedGenerateReqInput(
+        rid=rid,
+        input_text=None,
+        input_ids=ids,
+        stream=stream,
+        sampling_params=SamplingParams(max_new_tokens=max_new, ignore_eos=True, **params),
+    )
 
 
 def test_abort_running_and_queued_requests_frees_memory(engine):
@@ -52,7 +57,10 @@ def test_abort_running_and_queued_requests_frees_memory(engine):
     scheduler.handle(AbortReq(rid="queued"))
     out = scheduler.step()
     finished = {o.rid: o.finished_reason for o in out.outputs}
-    assert finished == {"run": {"type": "abort", "message": "aborted"}, "queued": {"type": "abort", "message": "aborted"}}
+    assert finished == {
+        "run": {"type": "abort", "message": "aborted"},
+        "queued": {"type": "abort", "message": "aborted"},
+    }
     assert not scheduler.has_work()
     scheduler.tree_cache.check_integrity()
     assert scheduler.tree_cache.protected_size() == 0
@@ -87,8 +95,15 @@ def test_scheduler_rejects_bad_messages_per_request(engine):
 
 def test_get_stats(engine):
     stats = engine.get_stats()
-    for key in ("num_running_reqs", "num_waiting_reqs", "token_usage", "cache_hit_rate", "gen_throughput",
-                "max_total_num_tokens", "available_kv_tokens"):
+    for key in (
+        "num_running_reqs",
+        "num_waiting_reqs",
+        "token_usage",
+        "cache_hit_rate",
+        "gen_throughput",
+        "max_total_num_tokens",
+        "available_kv_tokens",
+    ):
         assert key in stats
     assert stats["max_total_num_tokens"] == 256
 
@@ -130,8 +145,13 @@ def test_every_policy_and_a_running_cap_give_the_same_greedy_output(engine, poli
     prompts = [base + tail for tail in random_prompts((2, 5, 1, 7), seed=35)] + random_prompts((6,), seed=36)
     params = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
     expected = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
-    other = Engine(engine.server_args.model_path, device="cpu", max_total_tokens=256, schedule_policy=policy,
-                   max_running_requests=2)
+    other = Engine(
+        engine.server_args.model_path,
+        device="cpu",
+        max_total_tokens=256,
+        schedule_policy=policy,
+        max_running_requests=2,
+    )
     assert [r["output_ids"] for r in other.generate(input_ids=prompts, sampling_params=params)] == expected
     assert other.get_stats()["cache_hit_rate"] > 0
 

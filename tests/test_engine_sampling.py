@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_fixtures import checkpoint, random_prompts
+
 from sgl_runtime.engine import Engine
 from sgl_runtime.sampler import Sampler
 from sgl_runtime.sampling_params import SamplingParams
@@ -57,8 +57,9 @@ def test_eos_ignore_eos_and_min_new_tokens(engine, prompt, greedy):
     try:
         stopped = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": N, "temperature": 0})
         ignored = engine.generate(input_ids=prompt, sampling_params=GREEDY)
-        delayed = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": N, "temperature": 0,
-                                                                     "min_new_tokens": 8})
+        delayed = engine.generate(
+            input_ids=prompt, sampling_params={"max_new_tokens": N, "temperature": 0, "min_new_tokens": 8}
+        )
     finally:
         scheduler.eos_token_ids = saved
     cut = greedy["output_ids"].index(eos) + 1
@@ -77,8 +78,9 @@ def test_top_k_1_tiny_top_p_and_min_p_1_equal_greedy(engine, prompt, greedy):
 def test_seed_reproducible_and_n_fans_out(engine, prompt):
     params = {"max_new_tokens": 8, "temperature": 1.0, "ignore_eos": True}
     a = engine.generate(input_ids=prompt, sampling_params={**params, "seed": 5})
-    b = engine.generate(input_ids=[prompt, random_prompts((3,), seed=9)[0]],
-                        sampling_params=[{**params, "seed": 5}, params])[0]
+    b = engine.generate(
+        input_ids=[prompt, random_prompts((3,), seed=9)[0]], sampling_params=[{**params, "seed": 5}, params]
+    )[0]
     c = engine.generate(input_ids=prompt, sampling_params={**params, "seed": 6})
     assert a["output_ids"] == b["output_ids"]
     assert a["output_ids"] != c["output_ids"]
@@ -170,7 +172,7 @@ def test_constraint_masks_match_the_torch_reference():
     vocab, words = 100, 4  # 128 bits for 100 logits
     staging = MaskStaging()
     for layout in ([True] * 5, [True, False, True, False, False], [False, True]):
-        masks = [rng.integers(-2**31, 2**31, size=words, dtype=np.int64).astype(np.int32) for _ in layout]
+        masks = [rng.integers(-(2**31), 2**31, size=words, dtype=np.int64).astype(np.int32) for _ in layout]
         if layout[0] and not all(layout):
             masks[0] = masks[0][:2]  # a narrower mask: ids past 64 banned
         reqs = [R(FixedMatcher(m) if c else None) for m, c in zip(masks, layout)]

@@ -25,9 +25,13 @@ def test_shutdown_returns_device_memory_and_a_second_engine_gets_the_same_pool(t
     assert torch.cuda.memory_allocated() < SLACK_BYTES
     second = Engine(path, device="cuda", dtype="bfloat16")
     try:
-        assert abs(second.scheduler.max_total_num_tokens - pool) <= 0.01 * pool, (pool, second.scheduler.max_total_num_tokens)
-        out = second.generate(input_ids=[1, 2, 3, 4], sampling_params={"max_new_tokens": 8, "temperature": 0,
-                                                                     "ignore_eos": True})
+        assert abs(second.scheduler.max_total_num_tokens - pool) <= 0.01 * pool, (
+            pool,
+            second.scheduler.max_total_num_tokens,
+        )
+        out = second.generate(
+            input_ids=[1, 2, 3, 4], sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+        )
         assert len(out["output_ids"]) == 8
     finally:
         second.shutdown()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from engine_fixtures import checkpoint, random_prompts
+
 from sgl_runtime.engine import Engine
 from sgl_runtime.io_struct import AbortReq, TokenizedGenerateReqInput
 from sgl_runtime.sampling_params import SamplingParams
@@ -16,8 +16,15 @@ from sgl_runtime.sampling_params import SamplingParams
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     path = checkpoint(tmp_path_factory, "qwen3")
-    small = Engine(path, device="cpu", max_total_tokens=80, chunked_prefill_size=6, max_prefill_tokens=12,
-                   schedule_conservativeness=0.2, max_running_requests=5)
+    small = Engine(
+        path,
+        device="cpu",
+        max_total_tokens=80,
+        chunked_prefill_size=6,
+        max_prefill_tokens=12,
+        schedule_conservativeness=0.2,
+        max_running_requests=5,
+    )
     return Engine(path, device="cpu", max_total_tokens=4096), small
 
 
@@ -39,7 +46,10 @@ def test_random_mix_on_a_tiny_pool(engines):
     big, small = engines
     rng = random.Random(5)
     shared = random_prompts((10,), seed=60)[0]
-    prompts = [(shared if rng.random() < 0.5 else []) + p for p in random_prompts([rng.randint(1, 14) for _ in range(14)], seed=61)]
+    prompts = [
+        (shared if rng.random() < 0.5 else []) + p
+        for p in random_prompts([rng.randint(1, 14) for _ in range(14)], seed=61)
+    ]
     params = [_random_params(rng) for _ in prompts]
     logprob_args = dict(return_logprob=True, logprob_start_len=0)
     expected = big.generate(input_ids=prompts, sampling_params=params, **logprob_args)
@@ -49,8 +59,9 @@ def test_random_mix_on_a_tiny_pool(engines):
         assert g["meta_info"]["finish_reason"] == e["meta_info"]["finish_reason"]
         if p.get("temperature") == 0:
             assert g["output_ids"] == e["output_ids"]
-        for (lp_g, id_g, _), (lp_e, id_e, _) in zip(g["meta_info"]["input_token_logprobs"],
-                                                    e["meta_info"]["input_token_logprobs"]):
+        for (lp_g, id_g, _), (lp_e, id_e, _) in zip(
+            g["meta_info"]["input_token_logprobs"], e["meta_info"]["input_token_logprobs"]
+        ):
             assert id_g == id_e and (lp_g is None) == (lp_e is None)
             assert lp_g is None or abs(lp_g - lp_e) < 1e-3
     _check_idle_state(small)

@@ -14,8 +14,16 @@ import pytest
 from server_fixtures import pid_alive
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
-EXAMPLES = ["demo.py", "quick_start.py", "json_decode.py", "fork_join.py", "select_classification.py", "run_batch.py",
-            "streaming.py", "openai_backend.py"]
+EXAMPLES = [
+    "demo.py",
+    "quick_start.py",
+    "json_decode.py",
+    "fork_join.py",
+    "select_classification.py",
+    "run_batch.py",
+    "streaming.py",
+    "openai_backend.py",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +32,9 @@ def server_url(server):
 
 
 def _run(args: list, timeout: float = 300, env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=EXAMPLES_DIR.parent, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, *args], cwd=EXAMPLES_DIR.parent, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def _processes_with_env(entry: bytes) -> list[int]:
@@ -33,7 +42,11 @@ def _processes_with_env(entry: bytes) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and entry in (proc / "environ").read_bytes().split(b"\0") and pid_alive(int(proc.name)):
+            if (
+                proc.name.isdigit()
+                and entry in (proc / "environ").read_bytes().split(b"\0")
+                and pid_alive(int(proc.name))
+            ):
                 found.append(int(proc.name))
         except OSError:
             continue

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from model_fixtures import load_for_test, make_tiny_checkpoint
+
 from sgl_runtime.forward_batch import ForwardMode, flat_extra_keys, flatten_extend
 
 
@@ -28,8 +28,11 @@ def test_flattened_extend_gives_the_extend_logits_for_every_token(harness):
         return torch.randint(3, 1000, (n,), generator=gen).tolist()
 
     slots = [harness.new_request() for _ in range(3)]
-    prefill = harness.build_batch([(slots[0], 0, tokens(40)), (slots[1], 0, tokens(1)), (slots[2], 0, tokens(9))],
-                                  ForwardMode.EXTEND, all_logits=True)
+    prefill = harness.build_batch(
+        [(slots[0], 0, tokens(40)), (slots[1], 0, tokens(1)), (slots[2], 0, tokens(9))],
+        ForwardMode.EXTEND,
+        all_logits=True,
+    )
     flat_prefill = flatten_extend(prefill)
     assert flat_prefill.forward_mode.is_decode() and flat_prefill.batch_size == 50
     assert flat_prefill.seq_lens.tolist() == list(range(1, 41)) + [1] + list(range(1, 10))
@@ -38,8 +41,11 @@ def test_flattened_extend_gives_the_extend_logits_for_every_token(harness):
     torch.testing.assert_close(_logits(harness, flat_prefill), reference, rtol=1e-5, atol=1e-5)
 
     # jump-forward shapes on cached prefixes: several forced tokens, a plain decode token, a longer span
-    step = harness.build_batch([(slots[0], 40, tokens(4)), (slots[1], 1, tokens(1)), (slots[2], 9, tokens(12))],
-                               ForwardMode.EXTEND, all_logits=True)
+    step = harness.build_batch(
+        [(slots[0], 40, tokens(4)), (slots[1], 1, tokens(1)), (slots[2], 9, tokens(12))],
+        ForwardMode.EXTEND,
+        all_logits=True,
+    )
     reference = _logits(harness, step)
     flat = flatten_extend(step)
     assert flat.seq_lens_cpu == [41, 42, 43, 44, 2] + list(range(10, 22))

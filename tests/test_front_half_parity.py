@@ -23,11 +23,21 @@ REQUESTS = [
     {"text": "x", "sampling_params": {**GREEDY, "stop": [" the", "e"]}},
     {"text": "Digits:", "sampling_params": {**GREEDY, "regex": "[0-9]{3}-[a-z]{2}"}},
     {"text": "Pick:", "sampling_params": {**GREEDY, "choices": ["red", "green", "blue"]}},
-    {"text": "JSON:", "sampling_params": {**GREEDY, "max_new_tokens": 24,
-                                          "json_schema": '{"type":"object","properties":{"a":{"type":"integer"}},'
-                                                         '"required":["a"]}'}},
-    {"text": "Logprobs", "sampling_params": GREEDY, "return_logprob": True, "top_logprobs_num": 2,
-     "logprob_start_len": 0},
+    {
+        "text": "JSON:",
+        "sampling_params": {
+            **GREEDY,
+            "max_new_tokens": 24,
+            "json_schema": '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}',
+        },
+    },
+    {
+        "text": "Logprobs",
+        "sampling_params": GREEDY,
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+        "logprob_start_len": 0,
+    },
     {"text": "Seeded", "sampling_params": {"temperature": 1.0, "seed": 7, "max_new_tokens": 6}},
     # bad requests: the same 400 message from both
     {"text": "hi", "sampling_params": {"max_new_tokenz": 3}},
@@ -35,8 +45,8 @@ REQUESTS = [
     {"text": "hi", "sampling_params": {"top_p": 0}},
     {"text": "", "sampling_params": GREEDY},
     {"input_ids": [], "sampling_params": GREEDY},
-    {"input_ids": [10 ** 9], "sampling_params": GREEDY},
-    {"text": "hi", "sampling_params": {"max_new_tokens": 10 ** 6}},
+    {"input_ids": [10**9], "sampling_params": GREEDY},
+    {"text": "hi", "sampling_params": {"max_new_tokens": 10**6}},
     {"text": "hi", "sampling_params": {"regex": "(unclosed"}},
     {"text": "hi", "sampling_params": {"json_schema": '{"type": "object", "required": 5}'}},
 ]
@@ -71,7 +81,11 @@ def _comparable(answer):
         return [_comparable(a) for a in answer]
     if "error" in answer:
         return answer
-    meta = {key: value for key, value in answer["meta_info"].items() if key not in ("id", "e2e_latency", "cached_tokens", "forward_passes")}
+    meta = {
+        key: value
+        for key, value in answer["meta_info"].items()
+        if key not in ("id", "e2e_latency", "cached_tokens", "forward_passes")
+    }
     return {"text": answer["text"], "output_ids": answer["output_ids"], "meta_info": meta}
 
 

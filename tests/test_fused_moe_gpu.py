@@ -12,17 +12,26 @@ import os
 
 import pytest
 import torch
-
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
+
 from sgl_runtime.kernels.fused_moe import block_config, fused_experts, fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
 
 pytestmark = pytest.mark.gpu
 DEVICE = os.environ.get("SGL_KERNEL_TEST_DEVICE", "cuda")
 # (tokens, experts, top_k, hidden, intermediate): decode-sized to prefill-sized, Qwen3-30B-A3B and Mixtral shapes
-SHAPES = [(1, 8, 2, 64, 32), (3, 128, 8, 2048, 768), (33, 8, 2, 256, 200), (256, 128, 8, 2048, 768),
-          (700, 16, 4, 320, 96), (2048, 8, 2, 1024, 512), (4096, 128, 8, 2048, 768), (17, 60, 1, 128, 64),
-          (40, 64, 4, 192, 80), (100, 128, 8, 2048, 768)]
+SHAPES = [
+    (1, 8, 2, 64, 32),
+    (3, 128, 8, 2048, 768),
+    (33, 8, 2, 256, 200),
+    (256, 128, 8, 2048, 768),
+    (700, 16, 4, 320, 96),
+    (2048, 8, 2, 1024, 512),
+    (4096, 128, 8, 2048, 768),
+    (17, 60, 1, 128, 64),
+    (40, 64, 4, 192, 80),
+    (100, 128, 8, 2048, 768),
+]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32] if DEVICE == "cuda" else [torch.float16, torch.float32]
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float32: 1e-5}  # relative (Frobenius) error
 

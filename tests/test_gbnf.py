@@ -30,11 +30,11 @@ REGULAR = [
     ('root ::= "a" | "b"', r"a|b"),
     ('root ::= ("a" "b")* "-"', r"(?:ab)*-"),
     ('root ::= "a"? "b"+', r"a?b+"),
-    ('root ::= [a-b]{2}', r"[a-b]{2}"),
-    ('root ::= [a-b]{2,}', r"[a-b]{2,}"),
+    ("root ::= [a-b]{2}", r"[a-b]{2}"),
+    ("root ::= [a-b]{2,}", r"[a-b]{2,}"),
     ('root ::= [a-b]{1,3} "-"', r"[a-b]{1,3}-"),
-    ('root ::= [^a\\n] [0-9]', r"[^a\n][0-9]"),
-    ('root ::= [-ab] [a\\-]', r"[-ab][a\-]"),
+    ("root ::= [^a\\n] [0-9]", r"[^a\n][0-9]"),
+    ("root ::= [-ab] [a\\-]", r"[-ab][a\-]"),
     ('root ::= "\\"" [\\\\] "\\x2d" "\\u00e9" "\\U00002603"', r'"\\-é☃'),
     ('root ::= . "a"', r"(?s:.)a"),
     ('root ::= x "-" x\nx ::= "a" | y\ny ::= [0-9]+  # comment\n', r"(?:a|[0-9]+)-(?:a|[0-9]+)"),
@@ -90,17 +90,20 @@ def test_masks_follow_a_recursive_grammar_exactly():
     assert flags.tolist() == [1, 1, 1, 1, 0]  # no EOS while parentheses are open
 
 
-@pytest.mark.parametrize("gbnf, where, what", [
-    ('root ::= "a" x', "line 1 column 14", "never defined"),
-    ('root ::= "a"\nroot ::= "b"', "line 2 column 1", "defined twice"),
-    ('root ::= "a" [b-', "line 1 column 14", "unexpected character"),
-    ('root ::= "a"{3,1}', "line 1 column 13", "maximum below its minimum"),
-    ('root ::= "\\q"', "line 1 column 10", "unknown escape"),
-    ('root ::= [z-a]', "line 1 column 10", "reversed"),
-    ('root ::= "\\xZZ"', "line 1 column 10", "hex digits"),
-    ('root ::= ("a"', "", "unexpected end"),
-    ('x ::= "a"', "", "no `root ::= ...` rule"),
-])
+@pytest.mark.parametrize(
+    "gbnf, where, what",
+    [
+        ('root ::= "a" x', "line 1 column 14", "never defined"),
+        ('root ::= "a"\nroot ::= "b"', "line 2 column 1", "defined twice"),
+        ('root ::= "a" [b-', "line 1 column 14", "unexpected character"),
+        ('root ::= "a"{3,1}', "line 1 column 13", "maximum below its minimum"),
+        ('root ::= "\\q"', "line 1 column 10", "unknown escape"),
+        ("root ::= [z-a]", "line 1 column 10", "reversed"),
+        ('root ::= "\\xZZ"', "line 1 column 10", "hex digits"),
+        ('root ::= ("a"', "", "unexpected end"),
+        ('x ::= "a"', "", "no `root ::= ...` rule"),
+    ],
+)
 def test_errors_name_line_and_column(gbnf, where, what):
     with pytest.raises(ConstraintError, match=re.escape(what)) as info:
         compile_grammar(gbnf, VOCAB, warmup_s=0)
@@ -132,10 +135,62 @@ def test_syntax_detection_and_forcing():
 # ---- shipped grammars: the same masks as the lark forms -------------------------------------
 
 TINY = {
-    "json": ['{', '}', '[', ']', '"', 'a', '"a"', ':', ',', '1', '12', '1.', '.5', ' ', 'true', 'tr',
-             'ue', 'x', '"a":1}', '}]', '\n', 'e3', '-', '0', '\\', 'n"', 'é', ' "', '\t\t', 'null'],
-    "arithmetic": ['1', '12', '.', '.5', 'x', 'x1', 'foo', '(', ')', ',', '+', '-', '*', '/', ' ', '\t',
-                   ' (', 'f(', '1+', ')*', '_a', 'é'],
+    "json": [
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "a",
+        '"a"',
+        ":",
+        ",",
+        "1",
+        "12",
+        "1.",
+        ".5",
+        " ",
+        "true",
+        "tr",
+        "ue",
+        "x",
+        '"a":1}',
+        "}]",
+        "\n",
+        "e3",
+        "-",
+        "0",
+        "\\",
+        'n"',
+        "é",
+        ' "',
+        "\t\t",
+        "null",
+    ],
+    "arithmetic": [
+        "1",
+        "12",
+        ".",
+        ".5",
+        "x",
+        "x1",
+        "foo",
+        "(",
+        ")",
+        ",",
+        "+",
+        "-",
+        "*",
+        "/",
+        " ",
+        "\t",
+        " (",
+        "f(",
+        "1+",
+        ")*",
+        "_a",
+        "é",
+    ],
 }
 
 
@@ -188,7 +243,7 @@ def test_gbnf_sentences_parse_with_lark(name):
     for _ in range(200):
         m, text = c.matcher(), ""
         for _ in range(30):
-            ids = np.flatnonzero(np.unpackbits(m.bitmask().view(np.uint8), bitorder="little")[:len(tokens) + 1])
+            ids = np.flatnonzero(np.unpackbits(m.bitmask().view(np.uint8), bitorder="little")[: len(tokens) + 1])
             if len(tokens) in ids and (rng.random() < 0.3 or len(ids) == 1):
                 break
             tok = int(rng.choice([i for i in ids.tolist() if i != len(tokens)]))

@@ -52,12 +52,15 @@ def test_inline_gbnf_and_forced_syntax(server):
             assert build_parser(gbnf).parse(r["text"]) is not None
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"ebnf": 'root ::= "a" missing'}, "line 1 column 14: rule 'missing' is used but never defined"),
-    ({"ebnf": 'root ::= "a"', "grammar_syntax": "lark"}, "invalid lark grammar"),
-    ({"ebnf": 'root ::= "a"', "grammar_syntax": "yacc"}, "grammar_syntax: must be 'gbnf' or 'lark'"),
-    ({"regex": "a", "grammar_syntax": "gbnf"}, "grammar_syntax: is only meaningful with ebnf"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"ebnf": 'root ::= "a" missing'}, "line 1 column 14: rule 'missing' is used but never defined"),
+        ({"ebnf": 'root ::= "a"', "grammar_syntax": "lark"}, "invalid lark grammar"),
+        ({"ebnf": 'root ::= "a"', "grammar_syntax": "yacc"}, "grammar_syntax: must be 'gbnf' or 'lark'"),
+        ({"regex": "a", "grammar_syntax": "gbnf"}, "grammar_syntax: is only meaningful with ebnf"),
+    ],
+)
 def test_bad_gbnf_is_a_400(server, params, message):
     out = generate(server, {"max_new_tokens": 4, **params})
     assert out.status_code == 400, out.text
@@ -67,11 +70,17 @@ def test_bad_gbnf_is_a_400(server, params, message):
 def test_openai_routes_take_ebnf(server):
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key or "EMPTY")
     gbnf = 'root ::= ("yes" | "no") "!"'
-    done = client.completions.create(model="demo", prompt="Answer:", max_tokens=8, temperature=1.0,
-                                     extra_body={"ebnf": gbnf, "grammar_syntax": "gbnf"})
+    done = client.completions.create(
+        model="demo",
+        prompt="Answer:",
+        max_tokens=8,
+        temperature=1.0,
+        extra_body={"ebnf": gbnf, "grammar_syntax": "gbnf"},
+    )
     assert done.choices[0].text in ("yes!", "no!")
-    chat = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "ok?"}],
-                                          max_tokens=8, extra_body={"ebnf": gbnf})
+    chat = client.chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "ok?"}], max_tokens=8, extra_body={"ebnf": gbnf}
+    )
     assert chat.choices[0].message.content in ("yes!", "no!")
 
 

@@ -24,10 +24,32 @@ from sgl_runtime.tokenizer_utils import load_tokenizer
 
 # name -> (GGUF architecture, storage type per tensor kind); together they cover every supported type.
 FILES = {
-    "qwen2-q8-q4": ("qwen2", {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.Q4_1, "attn_output": Q.Q8_0,
-                              "ffn_gate": Q.Q4_0, "ffn_up": Q.Q4_1, "ffn_down": Q.Q8_0, "token_embd": Q.F16}),
-    "qwen3-kquants": ("qwen3", {"attn_q": Q.Q4_K, "attn_k": Q.Q6_K, "attn_v": Q.BF16, "attn_output": Q.Q6_K,
-                                "ffn_gate": Q.Q4_K, "ffn_up": Q.Q6_K, "ffn_down": Q.Q4_K, "output": Q.Q8_0}),
+    "qwen2-q8-q4": (
+        "qwen2",
+        {
+            "attn_q": Q.Q8_0,
+            "attn_k": Q.Q4_0,
+            "attn_v": Q.Q4_1,
+            "attn_output": Q.Q8_0,
+            "ffn_gate": Q.Q4_0,
+            "ffn_up": Q.Q4_1,
+            "ffn_down": Q.Q8_0,
+            "token_embd": Q.F16,
+        },
+    ),
+    "qwen3-kquants": (
+        "qwen3",
+        {
+            "attn_q": Q.Q4_K,
+            "attn_k": Q.Q6_K,
+            "attn_v": Q.BF16,
+            "attn_output": Q.Q6_K,
+            "ffn_gate": Q.Q4_K,
+            "ffn_up": Q.Q6_K,
+            "ffn_down": Q.Q4_K,
+            "output": Q.Q8_0,
+        },
+    ),
     "llama-permuted": ("llama", {"attn_q": Q.Q8_0, "attn_k": Q.F16, "ffn_down": Q.Q4_1, "token_embd": Q.Q8_0}),
 }
 TOKENS = [5, 70, 300, 12, 99, 7, 250, 301, 44, 128, 3, 260]
@@ -91,8 +113,10 @@ def test_config_and_tokenizer_come_from_the_gguf_metadata(name, gguf_files):
     assert tokenizer.encode(text) == reference.encode(text)
     assert tokenizer.chat_template == CHATML
     messages = [{"role": "user", "content": "hi there"}]
-    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
-        "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        == "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_engine_greedy_on_a_gguf_file_matches_transformers(gguf_files):
@@ -105,9 +129,10 @@ def test_engine_greedy_on_a_gguf_file_matches_transformers(gguf_files):
         for _ in range(8):
             ids.append(int(reference(torch.tensor([ids])).logits[0, -1].argmax()))
     with Engine(path, device="cpu", max_total_tokens=512) as engine:
-        out = engine.generate(input_ids=TOKENS, sampling_params={"max_new_tokens": 8, "temperature": 0,
-                                                                 "ignore_eos": True})
-    assert out["output_ids"] == ids[len(TOKENS):]
+        out = engine.generate(
+            input_ids=TOKENS, sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+        )
+    assert out["output_ids"] == ids[len(TOKENS) :]
 
 
 def test_a_directory_holding_one_gguf_resolves_like_the_file(gguf_files, tmp_path):

@@ -9,8 +9,8 @@ import random
 import lark
 import numpy as np
 import pytest
-
 from grammar_oracle import lark_parses, lark_viable
+
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
 from sgl_runtime.constrained.grammar.sampling import closer_ids, pick_walk_token
 from sgl_runtime.constrained.grammar.source import GRAMMAR_DIR
@@ -18,16 +18,21 @@ from sgl_runtime.constrained.vocabulary import Vocabulary
 from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 STATES = {
-    "json": ['', '{"a', '[1.', '{"a": [1, 2], "b": {"c": nu', '[1 '],
-    "arithmetic": ['', '1', '1.', 'foo(1, x', '-(2 *'],
-    "sql": ['', 'SELECT a', 'select a fr', "SELECT a FROM t WHERE x = 'ab", 'SELECT a FROM t t2 LEFT JOIN u ON'],
+    "json": ["", '{"a', "[1.", '{"a": [1, 2], "b": {"c": nu', "[1 "],
+    "arithmetic": ["", "1", "1.", "foo(1, x", "-(2 *"],
+    "sql": ["", "SELECT a", "select a fr", "SELECT a FROM t WHERE x = 'ab", "SELECT a FROM t t2 LEFT JOIN u ON"],
 }
 SENTENCES = {
-    "json": ['{"name": "Ada", "tags": ["x", "y\\n"], "n": -1.5e3, "ok": true, "z": null}',
-             '[\n  {"a": 0},\n  []\n]', '"caf\u00e9 \u2603"'],
-    "arithmetic": ['3.25 * (x + y) - f(2, -z) / 7', 'sqrt(a*a + b*b)'],
-    "sql": ["SELECT name, COUNT(*) AS n FROM users u LEFT JOIN orders o ON u.id = o.user_id "
-            "WHERE u.age >= 18 AND NOT u.name = 'bob' GROUP BY name ORDER BY n DESC LIMIT 10;"],
+    "json": [
+        '{"name": "Ada", "tags": ["x", "y\\n"], "n": -1.5e3, "ok": true, "z": null}',
+        '[\n  {"a": 0},\n  []\n]',
+        '"caf\u00e9 \u2603"',
+    ],
+    "arithmetic": ["3.25 * (x + y) - f(2, -z) / 7", "sqrt(a*a + b*b)"],
+    "sql": [
+        "SELECT name, COUNT(*) AS n FROM users u LEFT JOIN orders o ON u.id = o.user_id "
+        "WHERE u.age >= 18 AND NOT u.name = 'bob' GROUP BY name ORDER BY n DESC LIMIT 10;"
+    ],
 }
 
 
@@ -79,6 +84,7 @@ def _oracle_sample(vocab, flags, rng):
             return True
         except UnicodeDecodeError:
             return False  # a partial UTF-8 character is not a str for lark
+
     ids = [i for i in rng.sample(range(vocab.size), 4000) if usable(i)]
     allowed = [i for i in np.flatnonzero(flags)[:20000].tolist() if usable(i)]
     return rng.sample(allowed, min(120, len(allowed))) + [i for i in ids if not flags[i]][:150]
@@ -105,8 +111,7 @@ def test_canonical_tokenizations_of_sentences_are_allowed(vocab, grammars, name)
         assert m.is_accepting() and allowed_flags(m.bitmask(), vocab.size)[vocab.eos_token_ids[0]]
 
 
-def _walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int,
-          jump_forward: bool = False) -> str:
+def _walk(c, vocab, rng: random.Random, closers: list[int], random_steps: int, jump_forward: bool = False) -> str:
     m, out, eos = c.matcher(), [], vocab.eos_token_ids[0]
     lens = c.table.lens
     for step in range(random_steps + 150):
@@ -170,8 +175,14 @@ def _random_json(rng: random.Random, depth: int):
     if kind == "list":
         return [_random_json(rng, depth - 1) for _ in range(rng.randrange(4))]
     if kind == "dict":
-        return {rng.choice(["a", "b\u00e9", "k\"q", ""]) + str(i): _random_json(rng, depth - 1)
-                for i in range(rng.randrange(4))}
-    return {"int": lambda: rng.randrange(-10**6, 10**6), "float": lambda: rng.uniform(-1e9, 1e9),
-            "str": lambda: "".join(rng.choice("ab \\\"\n\u00e9\u2603") for _ in range(rng.randrange(6))),
-            "bool": lambda: rng.random() < 0.5, "null": lambda: None}[kind]()
+        return {
+            rng.choice(["a", "b\u00e9", 'k"q', ""]) + str(i): _random_json(rng, depth - 1)
+            for i in range(rng.randrange(4))
+        }
+    return {
+        "int": lambda: rng.randrange(-(10**6), 10**6),
+        "float": lambda: rng.uniform(-1e9, 1e9),
+        "str": lambda: "".join(rng.choice('ab \\"\n\u00e9\u2603') for _ in range(rng.randrange(6))),
+        "bool": lambda: rng.random() < 0.5,
+        "null": lambda: None,
+    }[kind]()

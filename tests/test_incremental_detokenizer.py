@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 from sgl_runtime.detokenizer.incremental_detokenizer import IncrementalDetokenizer, trim_stop_string
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,9 @@ def test_trim_stop_string():
 
 def _byte_token(b: int) -> str:
     """The GPT-2 byte-to-unicode alphabet used by byte-level BPE vocabularies."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     if b in printable:
         return chr(b)
     extra = [x for x in range(256) if x not in printable]

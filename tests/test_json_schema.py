@@ -10,8 +10,8 @@ import urllib.parse
 import uuid
 
 import pytest
-
 from json_oracle import DuplicateKey, is_valid, load_exact
+
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa, schema_to_fsm
 from sgl_runtime.constrained.json_schema.sampling import sample
@@ -24,7 +24,7 @@ CASES = [
     ({"type": "integer"}, [0, -7, 12345678901234567890, 1.0, 1.5, "1", True]),
     ({"type": "number"}, [0, -0.5, 3.25, 10, "3", None]),
     ({"type": ["string", "null"]}, ["a", None, 1, []]),
-    ({"type": "string"}, ["", "hé", "a\"b\\c", "line\nbreak\ttab\x01", "😀", 5]),
+    ({"type": "string"}, ["", "hé", 'a"b\\c', "line\nbreak\ttab\x01", "😀", 5]),
     ({"minLength": 2, "maxLength": 3}, ["a", "ab", "abc", "abcd", "😀😀", 7]),
     ({"pattern": "^[a-z]+[0-9]?$"}, ["abc", "abc1", "abc12", "1abc", "", 3]),
     ({"pattern": "b.d"}, ["abcde", "bxd", "bd", "b\nd", "xx"]),
@@ -36,52 +36,106 @@ CASES = [
     ({"multipleOf": 0.25}, [0.5, 0.75, 1, 0.3, -2.25]),
     # decimal multiples that float division misjudges (9.02 / 0.01 == 901.99...)
     ({"type": "number", "minimum": 0, "multipleOf": 0.01}, [9.02, 0.07, 34.99, 9.025, -0.01]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
-      "required": ["a"], "additionalProperties": False},
-     [{"a": 1}, {"a": 1, "b": "x"}, {"b": "x"}, {"a": 1, "c": 2}, {"a": "1"}, {}]),
-    ({"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
-     [{"a": 1, "z": "q"}, {"z": 1}, {"a": 1}, {}, 5]),
-    ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
-     [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}]),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+        [{"a": 1}, {"a": 1, "b": "x"}, {"b": "x"}, {"a": 1, "c": 2}, {"a": "1"}, {}],
+    ),
+    (
+        {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+        [{"a": 1, "z": "q"}, {"z": 1}, {"a": 1}, {}, 5],
+    ),
+    (
+        {"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+        [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}],
+    ),
     ({"propertyNames": {"maxLength": 2}}, [{"ab": 1}, {"abc": 1}, {}]),
     ({"minProperties": 1, "maxProperties": 2}, [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}]),
     ({"required": ["x", "y"]}, [{"x": 1, "y": 2}, {"y": 2, "x": 1}, {"x": 1}]),
     ({"dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {"a": 1}, {"b": 1}, {}]),
     ({"dependentSchemas": {"a": {"required": ["c"]}}}, [{"a": 1, "c": 2}, {"a": 1}, {"b": 1}]),
-    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
-     [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"]]),
-    ({"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
-     [["a", 1], ["a"], [], ["a", 1, 2], [1, "a"]]),
-    ({"contains": {"type": "string"}, "minContains": 2, "maxContains": 3},
-     [["a", "b"], ["a", 1], ["a", "b", "c", "d"], [1, "a", "b"]]),
+    (
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+        [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"]],
+    ),
+    (
+        {"prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+        [["a", 1], ["a"], [], ["a", 1, 2], [1, "a"]],
+    ),
+    (
+        {"contains": {"type": "string"}, "minContains": 2, "maxContains": 3},
+        [["a", "b"], ["a", 1], ["a", "b", "c", "d"], [1, "a", "b"]],
+    ),
     ({"anyOf": [{"type": "string"}, {"minimum": 10}]}, ["s", 11, 5]),
     ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [1, 2.5, 3, 1.5]),
     ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"required": ["a"]}]}, [{"a": 1}, {"a": "x"}, {}]),
     ({"not": {"type": ["string", "object"]}}, [1, "s", {}, [], None]),
     ({"not": {"enum": [1, "a"]}}, [1, 1.0, "a", 2, "b"]),
-    ({"if": {"properties": {"k": {"const": "n"}}, "required": ["k"]},
-      "then": {"required": ["n"]}, "else": {"required": ["s"]}},
-     [{"k": "n", "n": 1}, {"k": "n"}, {"k": "x", "s": 1}, {"k": "x"}]),
-    ({"$defs": {"pos": {"type": "integer", "minimum": 1}}, "properties": {"p": {"$ref": "#/$defs/pos"}}},
-     [{"p": 1}, {"p": 0}, {}]),
-    ({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
-                         "additionalProperties": False}}, "$ref": "#/$defs/node"},
-     [{}, {"next": {}}, {"next": {"next": {}}}, {"next": 1}]),
-    ({"properties": {"a": {}}, "anyOf": [{"properties": {"b": {}}}, {"properties": {"c": {"type": "integer"}}}],
-      "unevaluatedProperties": False},
-     [{"a": 1}, {"a": 1, "b": 2}, {"c": 1}, {"c": "x"}, {"d": 1}, {"b": 1, "c": 2}, "s"]),
-    ({"prefixItems": [{"type": "integer"}], "if": {"prefixItems": [True, {"const": "x"}]},
-      "then": {"prefixItems": [True, True, {"type": "string"}]}, "unevaluatedItems": False},
-     [[1], [1, "x"], [1, "x", "y"], [1, "x", 2], [1, "z"], [1, "x", "y", "w"]]),
-    ({"$id": "https://example.com/root", "$ref": "list",
-      "$defs": {"foo": {"$dynamicAnchor": "items", "type": "string"},
-                "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"},
-                         "$defs": {"items": {"$comment": "default", "$dynamicAnchor": "items"}}}}},
-     [["a", "b"], [1], [], ["a", None]]),
+    (
+        {
+            "if": {"properties": {"k": {"const": "n"}}, "required": ["k"]},
+            "then": {"required": ["n"]},
+            "else": {"required": ["s"]},
+        },
+        [{"k": "n", "n": 1}, {"k": "n"}, {"k": "x", "s": 1}, {"k": "x"}],
+    ),
+    (
+        {"$defs": {"pos": {"type": "integer", "minimum": 1}}, "properties": {"p": {"$ref": "#/$defs/pos"}}},
+        [{"p": 1}, {"p": 0}, {}],
+    ),
+    (
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"next": {"$ref": "#/$defs/node"}},
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        [{}, {"next": {}}, {"next": {"next": {}}}, {"next": 1}],
+    ),
+    (
+        {
+            "properties": {"a": {}},
+            "anyOf": [{"properties": {"b": {}}}, {"properties": {"c": {"type": "integer"}}}],
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1}, {"a": 1, "b": 2}, {"c": 1}, {"c": "x"}, {"d": 1}, {"b": 1, "c": 2}, "s"],
+    ),
+    (
+        {
+            "prefixItems": [{"type": "integer"}],
+            "if": {"prefixItems": [True, {"const": "x"}]},
+            "then": {"prefixItems": [True, True, {"type": "string"}]},
+            "unevaluatedItems": False,
+        },
+        [[1], [1, "x"], [1, "x", "y"], [1, "x", 2], [1, "z"], [1, "x", "y", "w"]],
+    ),
+    (
+        {
+            "$id": "https://example.com/root",
+            "$ref": "list",
+            "$defs": {
+                "foo": {"$dynamicAnchor": "items", "type": "string"},
+                "list": {
+                    "$id": "list",
+                    "type": "array",
+                    "items": {"$dynamicRef": "#items"},
+                    "$defs": {"items": {"$comment": "default", "$dynamicAnchor": "items"}},
+                },
+            },
+        },
+        [["a", "b"], [1], [], ["a", None]],
+    ),
     (True, [1, "x", {"a": [None]}]),
     (False, [1, "x", None]),
-    ({"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer"},
-     [1, "1"]),
+    ({"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer"}, [1, "1"]),
 ]
 
 
@@ -136,8 +190,11 @@ def _valid_hostname(s: str) -> bool:
 
 def _valid_uri(s: str) -> bool:
     parts = urllib.parse.urlsplit(s)
-    return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme)) and " " not in s and (
-        not parts.netloc or _valid_hostname(parts.hostname or "") or _valid_ip(parts.hostname or ""))
+    return (
+        bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme))
+        and " " not in s
+        and (not parts.netloc or _valid_hostname(parts.hostname or "") or _valid_ip(parts.hostname or ""))
+    )
 
 
 def _valid_ip(s: str, version=None) -> bool:
@@ -158,8 +215,9 @@ def _succeeds(fn) -> bool:
 # Reference validators (stdlib; jsonschema's own format checkers need optional packages).
 FORMAT_REFERENCE = {
     "date": lambda s: _succeeds(lambda: datetime.date.fromisoformat(s)),
-    "time": lambda s: s[-1] == "Z" or s[-6] in "+-" and _succeeds(
-        lambda: datetime.datetime.fromisoformat("1970-01-01T" + s)),
+    "time": lambda s: (
+        s[-1] == "Z" or s[-6] in "+-" and _succeeds(lambda: datetime.datetime.fromisoformat("1970-01-01T" + s))
+    ),
     "date-time": lambda s: "T" in s and _succeeds(lambda: datetime.datetime.fromisoformat(s)),
     "uuid": lambda s: len(s) == 36 and _succeeds(lambda: uuid.UUID(s)),
     "email": lambda s: s.count("@") == 1 and _valid_hostname(s.split("@")[1]) and s.split("@")[0] != "",
@@ -185,8 +243,11 @@ def test_formats_accept_only_valid_strings(fmt, strings):
 
 
 def test_fsm_matches_dfa_and_is_interegular():
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"enum": ["a", "b"]}},
-              "required": ["n"]}
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0}, "s": {"enum": ["a", "b"]}},
+        "required": ["n"],
+    }
     fsm, dfa = schema_to_fsm(schema), schema_to_dfa(schema)
     for text in ['{"n":3}', '{"n":3,"s":"a"}', '{"n":-1}', '{"s":"a"}', '{"n":3,"s":"c"}', '{"n":3,"x":[1]}']:
         assert fsm.accepts(text) == dfa.accepts(text), text
@@ -212,15 +273,18 @@ def test_whitespace_option_is_bounded():
         schema_to_dfa(schema, whitespace=r"x?")
 
 
-@pytest.mark.parametrize("schema,keyword", [
-    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"$recursiveRef": "#"}, "$recursiveRef"),
-    ({"anyOf": [{"required": [k]} for k in "abcde"], "unevaluatedProperties": False}, "unevaluatedProperties"),
-    ({"$ref": "https://example.com/schema"}, "$ref"),
-    ({"pattern": "\\p{L}"}, "pattern"),
-    ({"type": "strng"}, "type"),
-    ({"multipleOf": 0.123456789}, "multipleOf"),
-])
+@pytest.mark.parametrize(
+    "schema,keyword",
+    [
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"$recursiveRef": "#"}, "$recursiveRef"),
+        ({"anyOf": [{"required": [k]} for k in "abcde"], "unevaluatedProperties": False}, "unevaluatedProperties"),
+        ({"$ref": "https://example.com/schema"}, "$ref"),
+        ({"pattern": "\\p{L}"}, "pattern"),
+        ({"type": "strng"}, "type"),
+        ({"multipleOf": 0.123456789}, "multipleOf"),
+    ],
+)
 def test_unsupported_or_invalid_raise_constraint_error(schema, keyword):
     with pytest.raises(ConstraintError, match=keyword.replace("$", r"\$")):
         schema_to_dfa(schema)
@@ -268,13 +332,26 @@ def test_work_budget_bounds_compile_time():
         schema_to_dfa(schema, max_work_states=50)
 
 
-@pytest.mark.parametrize("schema,keyword", [
-    ({"minLength": -1}, "minLength"), ({"maxItems": "3"}, "maxItems"), ({"enum": "x"}, "enum"),
-    ({"properties": []}, "properties"), ({"required": "a"}, "required"), ({"pattern": 5}, "pattern"),
-    ({"pattern": "("}, "pattern"), ({"items": 5}, "schema must be"), ({"allOf": []}, "allOf"),
-    ({"multipleOf": 0}, "multipleOf"), ({"minimum": "a"}, "minimum"), ({"$ref": "#/$defs/missing"}, "ref"),
-    ({"dependentRequired": {"a": "b"}}, "dependentRequired"), ("{not json", "JSON"), ([1], "schema must be"),
-])
+@pytest.mark.parametrize(
+    "schema,keyword",
+    [
+        ({"minLength": -1}, "minLength"),
+        ({"maxItems": "3"}, "maxItems"),
+        ({"enum": "x"}, "enum"),
+        ({"properties": []}, "properties"),
+        ({"required": "a"}, "required"),
+        ({"pattern": 5}, "pattern"),
+        ({"pattern": "("}, "pattern"),
+        ({"items": 5}, "schema must be"),
+        ({"allOf": []}, "allOf"),
+        ({"multipleOf": 0}, "multipleOf"),
+        ({"minimum": "a"}, "minimum"),
+        ({"$ref": "#/$defs/missing"}, "ref"),
+        ({"dependentRequired": {"a": "b"}}, "dependentRequired"),
+        ("{not json", "JSON"),
+        ([1], "schema must be"),
+    ],
+)
 def test_invalid_schemas_raise_naming_the_problem(schema, keyword):
     with pytest.raises(ConstraintError, match=re.escape(keyword)):
         schema_to_fsm(schema)
@@ -318,15 +395,22 @@ def _has_useful_cycle(dfa) -> bool:
     return any(s not in color and visit(s) for s in live)
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "integer", "minimum": 0, "maximum": 99},
-    {"type": "integer", "minimum": -5, "exclusiveMaximum": 120},
-    {"type": "number", "minimum": 0, "maximum": 1},
-    {"type": "number", "exclusiveMinimum": -2.5, "maximum": 7.25, "multipleOf": 0.25},
-    {"type": "integer", "minimum": -3, "maximum": 3, "multipleOf": 3},
-    {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120}},
-     "required": ["age"], "additionalProperties": False},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "minimum": 0, "maximum": 99},
+        {"type": "integer", "minimum": -5, "exclusiveMaximum": 120},
+        {"type": "number", "minimum": 0, "maximum": 1},
+        {"type": "number", "exclusiveMinimum": -2.5, "maximum": 7.25, "multipleOf": 0.25},
+        {"type": "integer", "minimum": -3, "maximum": 3, "multipleOf": 3},
+        {
+            "type": "object",
+            "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120}},
+            "required": ["age"],
+            "additionalProperties": False,
+        },
+    ],
+)
 def test_bounded_numbers_have_finite_languages(schema):
     dfa = schema_to_dfa(schema)
     assert not dfa.is_empty() and not _has_useful_cycle(dfa)
@@ -338,11 +422,18 @@ def test_unbounded_types_are_infinite_only_through_new_digits():
     assert dfa.accepts("1.0") and not dfa.accepts("1.00") and not dfa.accepts("1.000000")
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "integer", "minimum": 0, "maximum": 99}, {"type": "integer"}, {"type": "number"},
-    {"type": "number", "minimum": -10, "maximum": 10}, {}, {"enum": [0, 1, 1.5, -5]},
-    {"type": "number", "multipleOf": 0.5},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "minimum": 0, "maximum": 99},
+        {"type": "integer"},
+        {"type": "number"},
+        {"type": "number", "minimum": -10, "maximum": 10},
+        {},
+        {"enum": [0, 1, 1.5, -5]},
+        {"type": "number", "multipleOf": 0.5},
+    ],
+)
 def test_each_number_value_has_one_spelling(schema):
     dfa = schema_to_dfa(schema, integral_floats=True)
     for bad in ["1.00", "-0.000", "-0.0", "-0", "01", "1.50", "00", "-05", "0.0000000000", "1.", "1e0"]:
@@ -375,13 +466,28 @@ def test_compile_constraint_passes_schema_budget_options():
     schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 40} for i in range(6)}}
     with pytest.raises(ConstraintError, match="too complex"):
         compile_constraint("json_schema", schema, tok, max_work_states=50)
-    constraint = compile_constraint("json_schema", {"type": "integer", "minimum": 0, "maximum": 99}, tok,
-                                    max_nesting_depth=1, max_work_states=10_000)
+    constraint = compile_constraint(
+        "json_schema",
+        {"type": "integer", "minimum": 0, "maximum": 99},
+        tok,
+        max_nesting_depth=1,
+        max_work_states=10_000,
+    )
     assert constraint.matcher() is not None
 
 
-@pytest.mark.parametrize("schema", [{"type": "integer"}, {"type": "number"}, {"type": "integer", "minimum": 3},
-                                    {"type": "integer", "multipleOf": 7}, {"const": 81.0}, {"enum": [1.0, 2]}, {}])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer"},
+        {"type": "number"},
+        {"type": "integer", "minimum": 3},
+        {"type": "integer", "multipleOf": 7},
+        {"const": 81.0},
+        {"enum": [1.0, 2]},
+        {},
+    ],
+)
 def test_integral_values_are_plain_digits_by_default(schema):
     """Generated integers parse as ints (SGLang/XGrammar/llguidance emit digits); the ".0" spelling
     only with integral_floats=True. Both languages stay exact on everything they accept."""

@@ -6,8 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-
 from json_oracle import DuplicateKey, exact, exact_validator, load_exact
+
 from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
 from sgl_runtime.constrained.json_schema.sampling import sample
 from sgl_runtime.constrained.json_schema.serialize import compact_json

@@ -14,7 +14,6 @@ SUITE = REPO / "tests/data/json-schema-test-suite/draft2020-12"
 MIN_CORRECT = 1160  # reached 1167 of 1,299 (xgrammar 0.2.9: 888; llguidance 1.9.1: 584)
 
 
-
 def _runner():
     spec = importlib.util.spec_from_file_location("schema_conformance", REPO / "benchmarks/schema_conformance.py")
     module = importlib.util.module_from_spec(spec)

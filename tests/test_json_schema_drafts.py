@@ -10,33 +10,65 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
 
 URIS = {
-    "draft-04": "http://json-schema.org/draft-04/schema#", "draft-06": "http://json-schema.org/draft-06/schema#",
+    "draft-04": "http://json-schema.org/draft-04/schema#",
+    "draft-06": "http://json-schema.org/draft-06/schema#",
     "draft-07": "http://json-schema.org/draft-07/schema#",
-    "2019-09": "https://json-schema.org/draft/2019-09/schema", "2020-12": "https://json-schema.org/draft/2020-12/schema",
+    "2019-09": "https://json-schema.org/draft/2019-09/schema",
+    "2020-12": "https://json-schema.org/draft/2020-12/schema",
 }
 CASES = [  # (schema without $schema, instances)
-    ({"type": "object", "properties": {"cylindrical": {"type": "boolean"}, "axis": {"type": "string"}},
-      "dependencies": {"cylindrical": ["axis"]}},
-     [{}, {"cylindrical": True}, {"cylindrical": True, "axis": "z"}, {"axis": "z"}]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-      "dependencies": {"a": {"properties": {"b": {"minimum": 5}}}}},
-     [{"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 7}, {"b": 2}]),
-    ({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
-     [[], [1], [1, "a"], [1, "a", 2], ["a"], [1, 2]]),
-    ({"type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "boolean"}},
-     [[1], [1, True], [1, 2], [True]]),
-    ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "boolean"}},
-     [[1], [1, True], [1, 2], [True], ["x"]]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}}, "dependentRequired": {"a": ["b"]}},
-     [{"a": 1}, {"a": 1, "b": 2}, {}]),
-    ({"definitions": {"n": {"type": "integer", "minimum": 3}}, "type": "object",
-      "properties": {"x": {"$ref": "#/definitions/n"}}}, [{"x": 4}, {"x": 1}, {"x": "a"}]),
+    (
+        {
+            "type": "object",
+            "properties": {"cylindrical": {"type": "boolean"}, "axis": {"type": "string"}},
+            "dependencies": {"cylindrical": ["axis"]},
+        },
+        [{}, {"cylindrical": True}, {"cylindrical": True, "axis": "z"}, {"axis": "z"}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "dependencies": {"a": {"properties": {"b": {"minimum": 5}}}},
+        },
+        [{"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 7}, {"b": 2}],
+    ),
+    (
+        {"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+        [[], [1], [1, "a"], [1, "a", 2], ["a"], [1, 2]],
+    ),
+    (
+        {"type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "boolean"}},
+        [[1], [1, True], [1, 2], [True]],
+    ),
+    (
+        {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "boolean"}},
+        [[1], [1, True], [1, 2], [True], ["x"]],
+    ),
+    (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "dependentRequired": {"a": ["b"]}},
+        [{"a": 1}, {"a": 1, "b": 2}, {}],
+    ),
+    (
+        {
+            "definitions": {"n": {"type": "integer", "minimum": 3}},
+            "type": "object",
+            "properties": {"x": {"$ref": "#/definitions/n"}},
+        },
+        [{"x": 4}, {"x": 1}, {"x": "a"}],
+    ),
     ({"type": "number", "maximum": 5, "exclusiveMaximum": True}, [4, 5, 6]),
     ({"type": "integer", "minimum": 5, "exclusiveMinimum": False}, [4, 5, 6]),
     ({"type": "integer", "exclusiveMinimum": 5}, [4, 5, 6]),
     ({"type": "string", "const": "a"}, ["a", "b"]),
-    ({"type": "object", "properties": {"x": {"$ref": "#/definitions/s", "maxLength": 1}},
-      "definitions": {"s": {"type": "string"}}}, [{"x": "ab"}, {"x": 1}]),
+    (
+        {
+            "type": "object",
+            "properties": {"x": {"$ref": "#/definitions/s", "maxLength": 1}},
+            "definitions": {"s": {"type": "string"}},
+        },
+        [{"x": "ab"}, {"x": 1}],
+    ),
     ({"if": {"type": "integer"}, "then": {"minimum": 3}}, [1, 5, "a"]),
 ]
 
@@ -71,10 +103,16 @@ def test_each_draft_means_what_its_validator_says(draft, case):
     body, instances = CASES[case]
     schema = {"$schema": URIS[draft], **body}
     validator = validators.validator_for(schema)(schema)
-    assert validator.__class__ is {"draft-04": validators.Draft4Validator, "draft-06": validators.Draft6Validator,
-                                   "draft-07": validators.Draft7Validator,
-                                   "2019-09": validators.Draft201909Validator,
-                                   "2020-12": validators.Draft202012Validator}[draft]
+    assert (
+        validator.__class__
+        is {
+            "draft-04": validators.Draft4Validator,
+            "draft-06": validators.Draft6Validator,
+            "draft-07": validators.Draft7Validator,
+            "2019-09": validators.Draft201909Validator,
+            "2020-12": validators.Draft202012Validator,
+        }[draft]
+    )
     try:
         dfa = schema_to_dfa(schema)
     except ConstraintError as exc:
@@ -85,8 +123,12 @@ def test_each_draft_means_what_its_validator_says(draft, case):
 
 
 def test_draft4_ids_and_anchors_resolve():
-    schema = {"$schema": URIS["draft-04"], "id": "http://example.com/root.json",
-              "properties": {"id": {"$ref": "#item"}}, "definitions": {"i": {"id": "#item", "type": "integer"}}}
+    schema = {
+        "$schema": URIS["draft-04"],
+        "id": "http://example.com/root.json",
+        "properties": {"id": {"$ref": "#item"}},
+        "definitions": {"i": {"id": "#item", "type": "integer"}},
+    }
     dfa = schema_to_dfa(schema)
     assert dfa.accepts('{"id":3}') and not dfa.accepts('{"id":"3"}')
 

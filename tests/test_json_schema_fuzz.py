@@ -6,15 +6,14 @@ import random
 from pathlib import Path
 
 import pytest
-
 from json_oracle import DuplicateKey, exact_validator, load_exact
+
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
 from sgl_runtime.constrained.json_schema.sampling import sample
 
 SUITE = Path(__file__).resolve().parent / "data/json-schema-test-suite/draft2020-12"
 SAMPLES_PER_SCHEMA = 4
-
 
 
 WHITESPACE_FILES = ("properties.json", "items.json", "not.json", "oneOf.json", "additionalProperties.json")

@@ -10,18 +10,26 @@ import pytest
 import requests
 
 N = 8
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["id", "name", "tags", "score"],
-          "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-                         "name": {"type": "string", "maxLength": 6},
-                         "tags": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
-                         "score": {"type": "number", "minimum": 0, "maximum": 9}}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["id", "name", "tags", "score"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 999},
+        "name": {"type": "string", "maxLength": 6},
+        "tags": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+        "score": {"type": "number", "minimum": 0, "maximum": 9},
+    },
+}
 STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def generate(url: str, options, max_new_tokens: int = 64) -> list[str]:
     extra = {} if options is None else {"json_schema_options": options}
-    params = [{"max_new_tokens": max_new_tokens, "temperature": 1.0, "seed": 77 + i, "json_schema": SCHEMA, **extra}
-              for i in range(N)]
+    params = [
+        {"max_new_tokens": max_new_tokens, "temperature": 1.0, "seed": 77 + i, "json_schema": SCHEMA, **extra}
+        for i in range(N)
+    ]
     r = requests.post(f"{url}/generate", json={"text": ["Record: "] * N, "sampling_params": params}, timeout=600)
     assert r.status_code == 200, r.text
     texts = [o["text"] for o in r.json()]
@@ -53,9 +61,17 @@ def test_whitespace_key_order_and_integers(server):
 
 @pytest.mark.slow
 def test_openai_response_format_extension_and_bad_options(server):
-    body = {"prompt": "Record: ", "max_tokens": 96, "temperature": 1.0, "seed": 5,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": SCHEMA},
-                                "json_schema_options": {"indent": 2}}}
+    body = {
+        "prompt": "Record: ",
+        "max_tokens": 96,
+        "temperature": 1.0,
+        "seed": 5,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": SCHEMA},
+            "json_schema_options": {"indent": 2},
+        },
+    }
     r = requests.post(f"{server.url}/v1/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
     text = r.json()["choices"][0]["text"]
@@ -67,7 +83,9 @@ def test_openai_response_format_extension_and_bad_options(server):
     unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "maxItems": 2}
     strict = {"text": "x", "sampling_params": {"json_schema": unique, "max_new_tokens": 8}}
     assert requests.post(f"{server.url}/generate", json=strict, timeout=60).status_code == 400
-    lenient = {"text": "x", "sampling_params": {"json_schema": unique, "max_new_tokens": 8,
-                                                "json_schema_options": {"lenient": True}}}
+    lenient = {
+        "text": "x",
+        "sampling_params": {"json_schema": unique, "max_new_tokens": 8, "json_schema_options": {"lenient": True}},
+    }
     r = requests.post(f"{server.url}/generate", json=lenient, timeout=60)
     assert r.status_code == 200, r.text

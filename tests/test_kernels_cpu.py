@@ -22,13 +22,15 @@ from sgl_runtime.model_executor.cuda_graph_runner import batch_size_ladder
 
 
 def test_kernel_modules_import_without_triton():
-    code = ("import sys; sys.modules['triton'] = None; "
-            "import sgl_runtime.kernels.store_kv, sgl_runtime.kernels.extend_attention, "
-            "sgl_runtime.kernels.decode_attention, sgl_runtime.kernels.bitmask_triton, sgl_runtime.kernels.rmsnorm, "
-            "sgl_runtime.kernels.rotary, sgl_runtime.layers.attention.triton_backend, "
-            "sgl_runtime.model_executor.cuda_graph_runner, sgl_runtime.kernels.silu_and_mul, "
-            "sgl_runtime.models.llama; from sgl_runtime.kernels import fusion; "
-            "assert not fusion.fused_kernels_allowed()")
+    code = (
+        "import sys; sys.modules['triton'] = None; "
+        "import sgl_runtime.kernels.store_kv, sgl_runtime.kernels.extend_attention, "
+        "sgl_runtime.kernels.decode_attention, sgl_runtime.kernels.bitmask_triton, sgl_runtime.kernels.rmsnorm, "
+        "sgl_runtime.kernels.rotary, sgl_runtime.layers.attention.triton_backend, "
+        "sgl_runtime.model_executor.cuda_graph_runner, sgl_runtime.kernels.silu_and_mul, "
+        "sgl_runtime.models.llama; from sgl_runtime.kernels import fusion; "
+        "assert not fusion.fused_kernels_allowed()"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -56,8 +58,9 @@ def test_references_match_sdpa():
     slots = table[0, :20].long()
     k, v = k_buf[slots].repeat_interleave(2, 1), v_buf[slots].repeat_interleave(2, 1)  # [20, 4, 16]
     mask = torch.arange(20)[None, :] <= torch.arange(7)[:, None] + 13
-    ref = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask,
-                                         scale=0.25).transpose(0, 1)
+    ref = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=0.25
+    ).transpose(0, 1)
     torch.testing.assert_close(out, ref)
     dec = decode_attention_torch(q[-1:], k_buf, v_buf, table, torch.tensor([0]), [20], 0.25)
     torch.testing.assert_close(dec, out[-1:])
@@ -65,8 +68,9 @@ def test_references_match_sdpa():
 
 def test_fusion_switch_is_off_on_cpu_and_by_env():
     assert not use_fused_kernels(torch.zeros(2))
-    code = ("from sgl_runtime.kernels import fusion; import sys; "
-            "sys.exit(0 if not fusion.fused_kernels_allowed() else 1)")
+    code = (
+        "from sgl_runtime.kernels import fusion; import sys; sys.exit(0 if not fusion.fused_kernels_allowed() else 1)"
+    )
     env = {**os.environ, "SGL_DISABLE_FUSED_KERNELS": "1"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 

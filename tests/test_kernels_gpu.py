@@ -15,10 +15,14 @@ import pytest
 import torch
 
 from sgl_runtime.constrained.bitmask import apply_token_bitmask_torch_
-from sgl_runtime.kernels import bitmask_triton
-from sgl_runtime.kernels.decode_attention import DecodeWorkspace, decode_attention, decode_attention_torch, num_splits_for
+from sgl_runtime.kernels import bitmask_triton, fusion
+from sgl_runtime.kernels.decode_attention import (
+    DecodeWorkspace,
+    decode_attention,
+    decode_attention_torch,
+    num_splits_for,
+)
 from sgl_runtime.kernels.extend_attention import extend_attention, extend_attention_torch
-from sgl_runtime.kernels import fusion
 from sgl_runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_torch, rmsnorm, rmsnorm_torch
 from sgl_runtime.kernels.rotary import apply_rotary, apply_rotary_, apply_rotary_torch
 from sgl_runtime.kernels.silu_and_mul import silu_and_mul, silu_and_mul_torch
@@ -73,8 +77,19 @@ def test_extend_attention_matches_reference(heads, kv_heads, dim, dtype):
     q = torch.randn(sum(EXTEND_LENS), heads, dim, device=DEVICE).to(dtype)
     out = torch.full_like(q, float("nan"))
     starts = torch.tensor([0] + EXTEND_LENS[:-1], device=DEVICE).cumsum(0)
-    extend_attention(q, out, k_buf, v_buf, table, rows, torch.tensor(seq_lens, device=DEVICE),
-                     torch.tensor(EXTEND_LENS, device=DEVICE), starts, max(EXTEND_LENS), dim**-0.5)
+    extend_attention(
+        q,
+        out,
+        k_buf,
+        v_buf,
+        table,
+        rows,
+        torch.tensor(seq_lens, device=DEVICE),
+        torch.tensor(EXTEND_LENS, device=DEVICE),
+        starts,
+        max(EXTEND_LENS),
+        dim**-0.5,
+    )
     ref = extend_attention_torch(q, k_buf, v_buf, table, rows, seq_lens, EXTEND_LENS, dim**-0.5)
     assert not out.isnan().any()
     assert _rel_err(out, ref) < 1e-2
@@ -91,8 +106,9 @@ def test_decode_attention_matches_reference(heads, kv_heads, dim, dtype):
     workspace = DecodeWorkspace(16, heads, dim, DEVICE)
     for splits in sorted({2, num_splits_for(len(seq_lens), kv_heads), 32}):
         out = torch.full_like(q, float("nan"))
-        decode_attention(q, out, k_buf, v_buf, table, rows, torch.tensor(seq_lens, device=DEVICE), workspace,
-                         splits, dim**-0.5)
+        decode_attention(
+            q, out, k_buf, v_buf, table, rows, torch.tensor(seq_lens, device=DEVICE), workspace, splits, dim**-0.5
+        )
         assert not out.isnan().any(), splits
         assert _rel_err(out, ref) < 1e-2, splits
 
@@ -115,14 +131,18 @@ def _variants(kernel) -> int:
 def test_index_tensor_alignment_and_split_count_compile_no_new_variants():
     """Index tensors arrive as slices of a staging buffer or the slot free list at any alignment, and the
     split count follows the batch: neither may compile a kernel again (a second or so, mid-request)."""
-    from sgl_runtime.kernels import decode_attention as decode_mod, extend_attention as extend_mod
+    from sgl_runtime.kernels import decode_attention as decode_mod
+    from sgl_runtime.kernels import extend_attention as extend_mod
     from sgl_runtime.kernels import store_kv as store_mod
 
     dtype, heads, kv_heads, dim = torch.bfloat16, 12, 3, 64
     k_buf = torch.randn(2001, kv_heads, dim, device=DEVICE).to(dtype)
     v_buf = torch.randn_like(k_buf)
     loc = torch.randperm(2000, device=DEVICE)[:77]
-    k, v = torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype), torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype)
+    k, v = (
+        torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype),
+        torch.randn(77, kv_heads, dim, device=DEVICE).to(dtype),
+    )
     store_kv(k_buf, v_buf, loc, k, v)
     before = _variants(store_mod._kernel())
     store_kv(k_buf, v_buf, _misaligned(loc), k, v)
@@ -131,8 +151,12 @@ def test_index_tensor_alignment_and_split_count_compile_no_new_variants():
     seq_lens, ext_lens = [40, 300, 9], [40, 100, 1]
     k_buf, v_buf, table, rows = _ragged_pool(seq_lens, kv_heads, dim, dtype, seed=3)
     q = torch.randn(sum(ext_lens), heads, dim, device=DEVICE).to(dtype)
-    meta = [rows, torch.tensor(seq_lens, device=DEVICE), torch.tensor(ext_lens, device=DEVICE),
-            torch.tensor([0, 40, 140], device=DEVICE)]
+    meta = [
+        rows,
+        torch.tensor(seq_lens, device=DEVICE),
+        torch.tensor(ext_lens, device=DEVICE),
+        torch.tensor([0, 40, 140], device=DEVICE),
+    ]
     out = torch.empty_like(q)
     extend_attention(q, out, k_buf, v_buf, table, *meta, max(ext_lens), dim**-0.5)
     before = _variants(extend_mod._kernel())
@@ -244,6 +268,7 @@ def test_fused_layers_match_torch_layers(arch, dtype, tolerance, tmp_path, monke
     float32 makes the comparison sharp (the paths agree to ~1e-7; a wiring slip such as leaving k
     unrotated or scaling the MLP by 5% moves the logits by 1e-2 / 4e-3); bfloat16 covers the casts."""
     from model_fixtures import ForwardHarness, make_tiny_checkpoint
+
     from sgl_runtime.forward_batch import ForwardMode
     from sgl_runtime.model_loader.loader import load_model
 
@@ -264,10 +289,20 @@ def test_fused_layers_match_torch_layers(arch, dtype, tolerance, tmp_path, monke
 
 # ---------------------------------------------------------------------- full model
 MODEL_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512, "intermediate_size": 1024,
-    "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
-    "vocab_size": 4096, "max_position_embeddings": 2048, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
-    "torch_dtype": "bfloat16", "eos_token_id": 2,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 4096,
+    "max_position_embeddings": 2048,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16",
+    "eos_token_id": 2,
 }
 
 
@@ -287,9 +322,16 @@ def _runner(model_dir: str, backend: str, cuda_graph: bool):
     from sgl_runtime.model_executor.model_runner import ModelRunner
     from sgl_runtime.server_args import ServerArgs
 
-    args = ServerArgs(model_path=model_dir, load_format="dummy", device=DEVICE, attention_backend=backend,
-                      disable_cuda_graph=not cuda_graph, max_total_tokens=8192, max_running_requests=16,
-                      cuda_graph_max_bs=8)
+    args = ServerArgs(
+        model_path=model_dir,
+        load_format="dummy",
+        device=DEVICE,
+        attention_backend=backend,
+        disable_cuda_graph=not cuda_graph,
+        max_total_tokens=8192,
+        max_running_requests=16,
+        cuda_graph_max_bs=8,
+    )
     return ModelRunner(args, ModelConfig.from_path(model_dir, "auto", None, DEVICE))
 
 
@@ -313,11 +355,20 @@ def _forward_batch(runner, reqs, decode: bool, last_only: bool = False):
 
     rows = list(itertools.accumulate(ext, initial=-1))[1:] if last_only else list(range(sum(ext)))
     return ForwardBatch(
-        forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND, batch_size=len(reqs), input_ids=t(ids),
-        positions=t(positions), req_pool_indices=t([r for r, _, _ in reqs]), seq_lens=t([p + n for (_, p, _), n in zip(reqs, ext)]),
-        extend_prefix_lens=t([p for _, p, _ in reqs]), extend_seq_lens=t(ext), extend_start_loc=t([0] + list(torch.tensor(ext).cumsum(0)[:-1].tolist())),
-        out_cache_loc=loc.to(DEVICE), seq_lens_cpu=[p + n for (_, p, _), n in zip(reqs, ext)],
-        extend_prefix_lens_cpu=[p for _, p, _ in reqs], extend_seq_lens_cpu=ext, logits_indices=t(rows),
+        forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+        batch_size=len(reqs),
+        input_ids=t(ids),
+        positions=t(positions),
+        req_pool_indices=t([r for r, _, _ in reqs]),
+        seq_lens=t([p + n for (_, p, _), n in zip(reqs, ext)]),
+        extend_prefix_lens=t([p for _, p, _ in reqs]),
+        extend_seq_lens=t(ext),
+        extend_start_loc=t([0] + list(torch.tensor(ext).cumsum(0)[:-1].tolist())),
+        out_cache_loc=loc.to(DEVICE),
+        seq_lens_cpu=[p + n for (_, p, _), n in zip(reqs, ext)],
+        extend_prefix_lens_cpu=[p for _, p, _ in reqs],
+        extend_seq_lens_cpu=ext,
+        logits_indices=t(rows),
         logits_indices_cpu=rows,
     )
 
@@ -370,8 +421,10 @@ def test_small_extends_replay_the_decode_graphs_like_eager_extends(model_dir):
 
     runner.forward(_forward_batch(runner, [(0, 0, tokens(300)), (1, 0, tokens(1)), (2, 0, tokens(77))], False))
     assert replays == []  # 378 tokens: eager
-    steps = [([(0, 300, tokens(5)), (1, 1, tokens(1)), (2, 77, tokens(6))], True, [8, 4]),  # 12 rows > max_bs 8
-             ([(0, 305, tokens(3)), (2, 83, tokens(2))], False, [5])]
+    steps = [
+        ([(0, 300, tokens(5)), (1, 1, tokens(1)), (2, 77, tokens(6))], True, [8, 4]),  # 12 rows > max_bs 8
+        ([(0, 305, tokens(3)), (2, 83, tokens(2))], False, [5]),
+    ]
     for step, last_only, expected_replays in steps:
         replays.clear()
         batch = _forward_batch(runner, step, False, last_only)

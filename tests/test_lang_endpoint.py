@@ -8,9 +8,9 @@ token 0), list in -> list out, SSE streaming with cumulative text, JSON errors.
 import json
 
 import pytest
+from http_fixtures import JsonHandler, serving
 
 import sgl_lang as sgl
-from http_fixtures import JsonHandler, serving
 
 CHAT_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}[/]{% endfor %}"
 

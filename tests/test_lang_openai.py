@@ -6,12 +6,11 @@ import re
 
 import jsonschema
 import pytest
-
-import sgl_lang as sgl
 from http_fixtures import JsonHandler, serving
 
-DOCS = ["Profile\nName: Steve\nBirthday: 1955\nJob: CEO\nEND",
-        "Other\nName: Ann\nBorn: 1970\nJob: Pilot\nEND"]
+import sgl_lang as sgl
+
+DOCS = ["Profile\nName: Steve\nBirthday: 1955\nJob: CEO\nEND", "Other\nName: Ann\nBorn: 1970\nJob: Pilot\nEND"]
 CHAT_SCRIPT = {"Make a profile": "Name: Steve\nBirthday: 1955\nJob: CEO\n"}
 
 
@@ -19,7 +18,7 @@ def continue_text(prompt: str) -> str:
     """The scripted model: continue whichever document starts with the prompt."""
     for doc in DOCS:
         if doc.startswith(prompt):
-            return doc[len(prompt):]
+            return doc[len(prompt) :]
     return "?\n" + "z" * 200
 
 
@@ -28,7 +27,7 @@ def cut(text: str, body: dict) -> tuple:
     stops = [stops] if isinstance(stops, str) else stops
     found = [text.find(s) for s in stops if s in text]
     if found:
-        return text[:min(found)], "stop"
+        return text[: min(found)], "stop"
     limit = body.get("max_tokens") or 16
     return (text[:limit], "length") if len(text) > limit else (text, "stop")
 
@@ -58,12 +57,24 @@ class ScriptedOpenAI(JsonHandler):
         text, reason = cut(continue_text(body["prompt"]), body)
         logprobs = None
         if body.get("logprobs") is not None:
-            logprobs = {"tokens": list(text), "token_logprobs": [-0.5] * len(text),
-                        "text_offset": list(range(len(text))), "top_logprobs": None}
-        return {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}],
-                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(text),
-                          "total_tokens": len(body["prompt"]) + len(text)}}
+            logprobs = {
+                "tokens": list(text),
+                "token_logprobs": [-0.5] * len(text),
+                "text_offset": list(range(len(text))),
+                "top_logprobs": None,
+            }
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}],
+            "usage": {
+                "prompt_tokens": len(body["prompt"]),
+                "completion_tokens": len(text),
+                "total_tokens": len(body["prompt"]) + len(text),
+            },
+        }
 
     def _chat(self, body):
         messages = body["messages"]
@@ -71,14 +82,28 @@ class ScriptedOpenAI(JsonHandler):
         script = CHAT_SCRIPT.get(users[-1], "?\n")
         if messages[-1]["role"] == "assistant":  # continuing a partial turn
             partial = messages[-1]["content"]
-            script = script[len(partial):] if script.startswith(partial) else "?\n"
+            script = script[len(partial) :] if script.startswith(partial) else "?\n"
         text, reason = cut(script, body)
         prompt_len = sum(len(m["content"]) for m in messages)
-        return {"id": "chat-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
-                             "logprobs": None}],
-                "usage": {"prompt_tokens": prompt_len, "completion_tokens": len(text),
-                          "total_tokens": prompt_len + len(text)}}
+        return {
+            "id": "chat-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_len,
+                "completion_tokens": len(text),
+                "total_tokens": prompt_len + len(text),
+            },
+        }
 
 
 @pytest.fixture(scope="module")
@@ -105,12 +130,16 @@ def run_counted(program, backend):
 
 def test_speculative_execution_fills_chained_gens_from_one_call(scripted_url):
     backend = sgl.OpenAI("scripted", base_url=scripted_url, is_chat_model=False)
-    spec_state, spec_calls, spec_prompt = run_counted(sgl.function(character("Profile"), num_api_spec_tokens=64), backend)
+    spec_state, spec_calls, spec_prompt = run_counted(
+        sgl.function(character("Profile"), num_api_spec_tokens=64), backend
+    )
     over_generated = continue_text("Profile\nName: ")[:64]
     plain_state, plain_calls, plain_prompt = run_counted(sgl.function(character("Profile")), backend)
     assert (spec_calls, plain_calls) == (1, 3)
     assert spec_prompt < plain_prompt
-    assert over_generated.startswith(f"{spec_state['name']}\nBirthday: {spec_state['bday']}\nJob: {spec_state['job']}\n")
+    assert over_generated.startswith(
+        f"{spec_state['name']}\nBirthday: {spec_state['bday']}\nJob: {spec_state['job']}\n"
+    )
     assert (spec_state["name"], spec_state["bday"], spec_state["job"]) == ("Steve", "1955", "CEO")
     assert spec_state.text() == plain_state.text()
 
@@ -130,9 +159,14 @@ def test_speculative_execution_in_one_chat_assistant_turn(scripted_url):
 
     def body(s):
         s += sgl.user("Make a profile")
-        s += sgl.assistant("Name: " + sgl.gen("name", stop="\n", max_tokens=8)
-                           + "\nBirthday: " + sgl.gen("bday", stop="\n", max_tokens=8)
-                           + "\nJob: " + sgl.gen("job", stop="\n"))
+        s += sgl.assistant(
+            "Name: "
+            + sgl.gen("name", stop="\n", max_tokens=8)
+            + "\nBirthday: "
+            + sgl.gen("bday", stop="\n", max_tokens=8)
+            + "\nJob: "
+            + sgl.gen("job", stop="\n")
+        )
 
     state, calls, _ = run_counted(sgl.function(body, num_api_spec_tokens=64), backend)
     assert calls == 1 and (state["name"], state["bday"], state["job"]) == ("Steve", "1955", "CEO")
@@ -186,8 +220,12 @@ def chat(server, native):
     return sgl.OpenAI(native.model_info["served_model_name"], base_url=server.url + "/v1", is_chat_model=True)
 
 
-SCHEMA = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}, "b": {"type": "boolean"}},
-          "required": ["k", "b"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"k": {"enum": ["x", "y"]}, "b": {"type": "boolean"}},
+    "required": ["k", "b"],
+    "additionalProperties": False,
+}
 
 
 def test_completion_model_primitives(completion, native):
@@ -206,8 +244,9 @@ def test_completion_model_primitives(completion, native):
     scores = state.get_meta_info("c")["normalized_prompt_logprobs"]
     assert state["c"] == [" red", " blue", " green"][scores.index(max(scores))]
     # The echo/logprobs scores equal the runtime's own select scores for the same prefix.
-    native = sgl.function(lambda s: s.__iadd__(state.text()[: -len(state["c"])] + sgl.select(
-        "c", choices=[" red", " blue", " green"]))).run(backend=native)
+    native = sgl.function(
+        lambda s: s.__iadd__(state.text()[: -len(state["c"])] + sgl.select("c", choices=[" red", " blue", " green"]))
+    ).run(backend=native)
     assert scores == pytest.approx(native.get_meta_info("c")["normalized_prompt_logprobs"], abs=1e-4)
     assert completion.token_usage.prompt_tokens > before and completion.token_usage.completion_tokens > 0
 

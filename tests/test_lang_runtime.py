@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-FAKE_LAUNCH_SERVER = textwrap.dedent('''
+FAKE_LAUNCH_SERVER = textwrap.dedent("""
     import json, sys
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -29,7 +29,7 @@ FAKE_LAUNCH_SERVER = textwrap.dedent('''
             self.wfile.write(body)
 
     HTTPServer((argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])), Handler).serve_forever()
-''')
+""")
 
 
 @pytest.fixture
@@ -43,18 +43,22 @@ def fake_runtime_path(tmp_path):
 
 def run_python(code: str, path: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": path}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=path, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=path, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_runtime_passes_flags_and_stops_the_server_at_exit(fake_runtime_path):
-    result = run_python('''
+    result = run_python(
+        """
         import sgl_lang as sgl
         rt = sgl.Runtime(model_path="/models/x", max_total_tokens=4096, disable_radix_cache=True)
         print(rt.process.pid)
         print(rt.endpoint.model_info["argv"])
         print(rt.url)
-    ''', fake_runtime_path)  # exits without shutdown(): atexit must stop the server
+    """,
+        fake_runtime_path,
+    )  # exits without shutdown(): atexit must stop the server
     assert result.returncode == 0, result.stderr
     pid, argv, url = result.stdout.strip().splitlines()
     assert "'--model-path', '/models/x'" in argv and "'--max-total-tokens', '4096'" in argv
@@ -64,12 +68,15 @@ def test_runtime_passes_flags_and_stops_the_server_at_exit(fake_runtime_path):
 
 
 def test_runtime_start_failure_reports_the_server_log(fake_runtime_path):
-    result = run_python('''
+    result = run_python(
+        """
         import sgl_lang as sgl
         try:
             sgl.Runtime(fail=True)
         except RuntimeError as e:
             print("ERROR", e)
-    ''', fake_runtime_path)
+    """,
+        fake_runtime_path,
+    )
     assert "ERROR sgl_runtime server exited with code 3" in result.stdout
     assert "boom: cannot load the model" in result.stdout

@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 import requests
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from server_fixtures import wait_idle
 
 import sgl_lang as sgl
-from server_fixtures import wait_idle
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,10 @@ def test_text_is_the_concatenation_of_constants_and_variables(backend):
         s += "\nAlso: " + sgl.gen("alias", choices=["yes", "no"])
 
     state = prog.run(backend=backend, temperature=0)
-    expected = (f"Colour:{state['colour']}\nWords: {state['words']}\nCount: {state['count']}"
-                f"\nFlag: {state['flag']}\nAlso: {state['alias']}")
+    expected = (
+        f"Colour:{state['colour']}\nWords: {state['words']}\nCount: {state['count']}"
+        f"\nFlag: {state['flag']}\nAlso: {state['alias']}"
+    )
     assert state.text() == expected
     assert state["colour"] in choices and state["alias"] in ("yes", "no")
     assert re.fullmatch(sgl.REGEX_INT, state["count"]) and state["flag"] in ("True", "False")
@@ -72,8 +74,9 @@ def test_roles_follow_the_models_chat_template(backend):
     assert state.text() == rendered
 
 
-@pytest.mark.parametrize("method", ["token_length_normalized", "greedy_token_selection",
-                                    "unconditional_likelihood_normalized"])
+@pytest.mark.parametrize(
+    "method", ["token_length_normalized", "greedy_token_selection", "unconditional_likelihood_normalized"]
+)
 def test_select_scores_equal_direct_prompt_logprobs(backend, tokenizer, method):
     prefix = "The weather today is"
     choices = [" sunny", " rainy and cold", " unknown"]
@@ -87,8 +90,15 @@ def test_select_scores_equal_direct_prompt_logprobs(backend, tokenizer, method):
     prefix_len = len(tokenizer.encode(prefix))
     direct = []
     for choice in choices:
-        out = _generate(backend, {"text": prefix + choice, "sampling_params": {"max_new_tokens": 0},
-                                  "return_logprob": True, "logprob_start_len": prefix_len})
+        out = _generate(
+            backend,
+            {
+                "text": prefix + choice,
+                "sampling_params": {"max_new_tokens": 0},
+                "return_logprob": True,
+                "logprob_start_len": prefix_len,
+            },
+        )
         values = [entry[0] for entry in out["meta_info"]["input_token_logprobs"]]
         assert len(values) == len(tokenizer.encode(prefix + choice)) - prefix_len
         direct.append(sum(values) / len(values))
@@ -146,8 +156,12 @@ def test_streaming_matches_non_streaming(backend):
 
 
 def test_regex_and_json_schema_constraints(backend):
-    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"enum": ["x", "y"]}},
-              "required": ["a", "b"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"enum": ["x", "y"]}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
 
     @sgl.function
     def prog(s):
@@ -184,4 +198,3 @@ def test_server_info_flush_cache_and_prefix_precaching(backend, tokenizer):
     assert prefix == "You answer questions about geography in one word. " * 4 + "Q: "
     state = prog.run(question="Capital of France?", backend=backend, temperature=0)
     assert state.get_meta_info("a")["cached_tokens"] >= len(tokenizer.encode(prefix)) - 2
-

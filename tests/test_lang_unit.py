@@ -55,8 +55,12 @@ class FakeBackend(BaseBackend):
         self._record("select", s.text_)
         scores = [-float(len(c)) for c in choices]  # shortest choice wins
         entries = [[[score, 1, c]] for score, c in zip(scores, choices)]
-        return choices_method(choices=choices, normalized_prompt_logprobs=scores,
-                              input_token_logprobs=entries, output_token_logprobs=[[] for _ in choices])
+        return choices_method(
+            choices=choices,
+            normalized_prompt_logprobs=scores,
+            input_token_logprobs=entries,
+            output_token_logprobs=[[] for _ in choices],
+        )
 
 
 @pytest.fixture
@@ -135,7 +139,9 @@ def test_chat_template_from_jinja_adds_default_system_prompt():
         s += sgl.user("Hi") + sgl.assistant(sgl.gen("r"))
 
     state = chat.run(backend=backend)
-    expected = "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<1><|im_end|>\n"
+    expected = (
+        "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<1><|im_end|>\n"
+    )
     assert state.text() == expected
     assert state.messages()[0] == {"role": "system", "content": "Be nice."}
     # Rendering the template itself for the same conversation gives the same text.
@@ -268,8 +274,12 @@ def test_choices_methods_on_hand_made_logprobs():
     choices = ["organ", "organism", "antidisestablishmentarianism"]
     inputs = [[[-0.1, 1, None]], [[-0.1, 1, None], [-0.3, 2, None]], [[-0.4, 3, None], [-0.05, 4, None]]]
     normalized = [-0.1, -0.2, -0.225]
-    common = dict(choices=choices, normalized_prompt_logprobs=normalized, input_token_logprobs=inputs,
-                  output_token_logprobs=[[], [], []])
+    common = dict(
+        choices=choices,
+        normalized_prompt_logprobs=normalized,
+        input_token_logprobs=inputs,
+        output_token_logprobs=[[], [], []],
+    )
     assert sgl.token_length_normalized(**common).decision == "organ"
     greedy = sgl.greedy_token_selection(**common)
     # organ and organism tie on the first token; organ is padded with its mean (-0.1) > -0.3.
@@ -371,8 +381,10 @@ def test_unknown_variable_and_default_backend(backend):
 
 
 def test_import_does_not_pull_torch_or_runtime():
-    code = ("import sgl_lang, sys; heavy = {'torch', 'sgl_runtime', 'openai', 'transformers'} & set(sys.modules); "
-            "assert not heavy, heavy")
+    code = (
+        "import sgl_lang, sys; heavy = {'torch', 'sgl_runtime', 'openai', 'transformers'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

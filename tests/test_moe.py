@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
 from layer_compare import assert_layers_match
 from model_fixtures import make_tiny_checkpoint
+
 from sgl_runtime.kernels.fused_moe import align_by_expert, dense_experts_torch, fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
 from sgl_runtime.model_loader.loader import load_model
@@ -20,8 +20,19 @@ PROMPT = [(7919 * i + 13) % 150000 for i in range(23)]
 def _qwen3_moe_config(**overrides):
     from transformers import Qwen3MoeConfig
 
-    return Qwen3MoeConfig(**{**dict(hidden_size=32, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=16,
-                                    num_attention_heads=4, head_dim=8), **overrides})
+    return Qwen3MoeConfig(
+        **{
+            **dict(
+                hidden_size=32,
+                num_experts=8,
+                num_experts_per_tok=3,
+                moe_intermediate_size=16,
+                num_attention_heads=4,
+                head_dim=8,
+            ),
+            **overrides,
+        }
+    )
 
 
 @pytest.mark.parametrize("norm_topk_prob", [True, False])
@@ -63,12 +74,14 @@ def test_reference_experts_match_transformers_experts():
     assert expected.abs().max() > 0.1
     torch.testing.assert_close(ours, expected)
     # the graph-capturable dense form (every expert, unrouted ones weighted 0) gives the same sum
-    torch.testing.assert_close(dense_experts_torch(x, experts.gate_up_proj.data, experts.down_proj.data, weights, ids),
-                               expected)
+    torch.testing.assert_close(
+        dense_experts_torch(x, experts.gate_up_proj.data, experts.down_proj.data, weights, ids), expected
+    )
 
 
-@pytest.mark.parametrize("tokens,experts,top_k,block_m", [(1, 8, 2, 16), (37, 8, 2, 16), (50, 128, 8, 16),
-                                                          (300, 16, 4, 64), (5, 4, 4, 32)])
+@pytest.mark.parametrize(
+    "tokens,experts,top_k,block_m", [(1, 8, 2, 16), (37, 8, 2, 16), (50, 128, 8, 16), (300, 16, 4, 64), (5, 4, 4, 32)]
+)
 def test_align_by_expert_groups_every_row_once_in_single_expert_blocks(tokens, experts, top_k, block_m):
     topk_ids = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)])  # distinct per token
     sorted_ids, block_experts, rows_used = align_by_expert(topk_ids, experts, block_m)
@@ -79,7 +92,7 @@ def test_align_by_expert_groups_every_row_once_in_single_expert_blocks(tokens, e
     assert torch.all(sorted_ids[used:] == n)  # nothing real beyond the used blocks
     flat = topk_ids.reshape(-1)
     for block in range(used // block_m):
-        rows = sorted_ids[block * block_m:(block + 1) * block_m]
+        rows = sorted_ids[block * block_m : (block + 1) * block_m]
         rows = rows[rows < n]
         assert len(rows) > 0 and torch.all(flat[rows] == block_experts[block])
 
@@ -94,8 +107,9 @@ def test_moe_checkpoint_matches_transformers_per_layer(moe_path):
 
 
 def test_qwen3_moe_without_topk_renormalization_and_sparse_step(tmp_path):
-    path = make_tiny_checkpoint("qwen3_moe", tmp_path, norm_topk_prob=False, decoder_sparse_step=2,
-                                mlp_only_layers=[], num_experts_per_tok=3)
+    path = make_tiny_checkpoint(
+        "qwen3_moe", tmp_path, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[], num_experts_per_tok=3
+    )
     model = load_model(path, torch.float32, "cpu")
     assert [type(layer.mlp).__name__ for layer in model.model.layers] == ["LlamaMLP", "SparseMoeBlock", "LlamaMLP"]
     assert model.model.layers[1].mlp.experts.renormalize is False
@@ -119,9 +133,8 @@ def test_transformers_fused_expert_layout_loads_the_same(tmp_path_factory, tmp_p
     """Checkpoints in transformers 5's in-memory layout (experts.gate_up_proj [E, 2I, H]) load too."""
     import shutil
 
-    from safetensors.torch import save_file
-
     from model_fixtures import _hf_model
+    from safetensors.torch import save_file
 
     moe_path = checkpoint(tmp_path_factory, "qwen3_moe")
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):

@@ -13,8 +13,12 @@ from server_fixtures import free_port
 
 def launch(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(free_port()), *args],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sgl_runtime.launch_server", "--port", str(free_port()), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, time.monotonic() - start
 
 
@@ -24,13 +28,16 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.mark.parametrize("args,words", [
-    (("--model-path", "/no/such/model"), "--model-path '/no/such/model': no such directory"),
-    (("--tokenizer-path", "/tmp"), "--tokenizer-path '/tmp'"),
-    (("--chat-template", "/no/such.jinja"), "--chat-template '/no/such.jinja': no such file"),
-    (("--watchdog-timeout", "0"), "watchdog_timeout"),
-    (("--device", "cuda"), "--device cuda"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("--model-path", "/no/such/model"), "--model-path '/no/such/model': no such directory"),
+        (("--tokenizer-path", "/tmp"), "--tokenizer-path '/tmp'"),
+        (("--chat-template", "/no/such.jinja"), "--chat-template '/no/such.jinja': no such file"),
+        (("--watchdog-timeout", "0"), "watchdog_timeout"),
+        (("--device", "cuda"), "--device cuda"),
+    ],
+)
 def test_startup_error_is_one_line(args, words):
     if args[0] == "--device" and _has_cuda():
         pytest.skip("this machine has a GPU")

@@ -26,12 +26,20 @@ from sgl_runtime.server_args import ServerArgs, parse_args
 from sgl_runtime.tokenizer_utils import load_tokenizer, read_generation_defaults
 
 
-@pytest.mark.parametrize("raw,words", [
-    (b"[" * 100_000, "nested too deeply"), (b"[" * 70 + b"]" * 70, "nested too deeply"),
-    (b'{"a": ' + b"1" * 5000 + b"}", "integer of 5000 digits"), (b'{"t": "\\ud800"}', "t: contains a lone surrogate"),
-    (b'{"\\udc00": 1}', "<key>: contains a lone surrogate"), (b'{"s": {"temperature": NaN}}', "s.temperature"),
-    (b'{"x": [1, -Infinity]}', "x[1]: must be a finite"), (b"\xff\xfe", "not UTF-8"), (b'{"a":', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw,words",
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b"[" * 70 + b"]" * 70, "nested too deeply"),
+        (b'{"a": ' + b"1" * 5000 + b"}", "integer of 5000 digits"),
+        (b'{"t": "\\ud800"}', "t: contains a lone surrogate"),
+        (b'{"\\udc00": 1}', "<key>: contains a lone surrogate"),
+        (b'{"s": {"temperature": NaN}}', "s.temperature"),
+        (b'{"x": [1, -Infinity]}', "x[1]: must be a finite"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'{"a":', "not valid JSON"),
+    ],
+)
 def test_parse_json_limits(raw, words):
     with pytest.raises(InvalidRequestError, match=None) as info:
         parse_json(raw)
@@ -39,7 +47,7 @@ def test_parse_json_limits(raw, words):
 
 
 def test_parse_json_accepts_ordinary_bodies():
-    body = {"text": "héllo \U0001F600", "sampling_params": {"seed": 2 ** 63 - 1, "temperature": 0.5}, "n": [[1]] * 3}
+    body = {"text": "héllo \U0001f600", "sampling_params": {"seed": 2**63 - 1, "temperature": 0.5}, "n": [[1]] * 3}
     assert parse_json(json.dumps(body).encode()) == body
 
 
@@ -61,9 +69,19 @@ def test_read_body_size_limit():
         asyncio.run(read_body(_FakeRequest([], content_length=100), max_bytes=4))
 
 
-@pytest.mark.parametrize("header,ok", [("Bearer k3y", True), ("bearer k3y", True), ("BEARER  k3y", True),
-                                       ("Bearer k3", False), ("Basic k3y", False), ("k3y", False), (None, False),
-                                       ("Bearer \udcff", False)])
+@pytest.mark.parametrize(
+    "header,ok",
+    [
+        ("Bearer k3y", True),
+        ("bearer k3y", True),
+        ("BEARER  k3y", True),
+        ("Bearer k3", False),
+        ("Basic k3y", False),
+        ("k3y", False),
+        (None, False),
+        ("Bearer \udcff", False),
+    ],
+)
 def test_api_key_scheme_case_insensitive(header, ok):
     assert key_matches(header, "k3y") is ok
 
@@ -83,17 +101,42 @@ def test_api_key_from_environment(monkeypatch):
 
 
 def test_sglang_flags_accepted():
-    args = parse_args(["--enable-metrics", "--trust-remote-code", "--skip-server-warmup", "--log-requests",
-                       "--watchdog-timeout", "20", "--decode-log-interval", "7", "--sampling-defaults", "model",
-                       "--max-queued-requests", "3", "--graceful-shutdown-timeout", "4", "--request-timeout", "9"])
+    args = parse_args(
+        [
+            "--enable-metrics",
+            "--trust-remote-code",
+            "--skip-server-warmup",
+            "--log-requests",
+            "--watchdog-timeout",
+            "20",
+            "--decode-log-interval",
+            "7",
+            "--sampling-defaults",
+            "model",
+            "--max-queued-requests",
+            "3",
+            "--graceful-shutdown-timeout",
+            "4",
+            "--request-timeout",
+            "9",
+        ]
+    )
     assert (args.enable_metrics, args.trust_remote_code, args.skip_server_warmup, args.log_requests) == (True,) * 4
     assert (args.watchdog_timeout, args.log_interval, args.sampling_defaults) == (20.0, 7, "model")
     assert (args.max_queued_requests, args.graceful_shutdown_timeout, args.request_timeout) == (3, 4.0, 9.0)
     assert parse_args(["--log-interval", "5"]).log_interval == 5
 
 
-@pytest.mark.parametrize("kwargs", [{"watchdog_timeout": 0}, {"max_queued_requests": -1}, {"request_timeout": -1},
-                                    {"max_sequences_per_request": 0}, {"graceful_shutdown_timeout": -1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"watchdog_timeout": 0},
+        {"max_queued_requests": -1},
+        {"request_timeout": -1},
+        {"max_sequences_per_request": 0},
+        {"graceful_shutdown_timeout": -1},
+    ],
+)
 def test_bad_operational_flags(kwargs):
     with pytest.raises(ValueError):
         ServerArgs(**kwargs)
@@ -146,19 +189,29 @@ def test_stale_ipc_folders_are_removed(tmp_path):
 
 
 def test_sampling_params_reject_what_used_to_kill_children():
-    for bad in ({"seed": 2 ** 64}, {"seed": -2 ** 63 - 1}, {"skip_special_tokens": 0},
-                {"spaces_between_special_tokens": "no"}, {"ignore_eos": 1}, {"temperature": float("nan")},
-                {"top_p": float("inf")}):
+    for bad in (
+        {"seed": 2**64},
+        {"seed": -(2**63) - 1},
+        {"skip_special_tokens": 0},
+        {"spaces_between_special_tokens": "no"},
+        {"ignore_eos": 1},
+        {"temperature": float("nan")},
+        {"top_p": float("inf")},
+    ):
         with pytest.raises(InvalidRequestError, match=next(iter(bad))):
             SamplingParams.from_dict(bad)
-    assert SamplingParams.from_dict({"seed": 2 ** 63 - 1, "n": 4}).seed == 2 ** 63 - 1
+    assert SamplingParams.from_dict({"seed": 2**63 - 1, "n": 4}).seed == 2**63 - 1
 
 
 def test_openai_message_uses_openai_names():
     assert openai_message("sampling_params.max_new_tokens: too many") == "max_tokens: too many"
-    assert openai_message("sampling_params.max_new_tokens: x", {"max_new_tokens": "max_completion_tokens"}) \
+    assert (
+        openai_message("sampling_params.max_new_tokens: x", {"max_new_tokens": "max_completion_tokens"})
         == "max_completion_tokens: x"
-    assert openai_message("input_ids: token id 9 is outside", {"input_ids": "prompt"}) == "prompt: token id 9 is outside"
+    )
+    assert (
+        openai_message("input_ids: token id 9 is outside", {"input_ids": "prompt"}) == "prompt: token id 9 is outside"
+    )
     assert openai_message("sampling_params.seed: bad") == "seed: bad"
 
 
@@ -187,8 +240,9 @@ def test_request_deadline():
 
 
 def test_generation_defaults(tmp_path):
-    (tmp_path / "generation_config.json").write_text(json.dumps(
-        {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True, "eos_token_id": 2}))
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True, "eos_token_id": 2})
+    )
     assert read_generation_defaults(str(tmp_path)) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 
 
@@ -200,7 +254,7 @@ def test_detokenizer_fails_one_request_and_serves_the_others():
     manager = DetokenizerManager(load_tokenizer(get_demo_model_path()))
     counts = {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}
     good = ReqTokenOutput(rid="good", new_output_ids=[9707], finished_reason={"type": "length"}, **counts)
-    bad = ReqTokenOutput(rid="bad", new_output_ids=[10 ** 12], finished_reason=None, **counts)
+    bad = ReqTokenOutput(rid="bad", new_output_ids=[10**12], finished_reason=None, **counts)
     out = manager.process(BatchTokenIDOut(outputs=[bad, good]))
     assert out.outputs[0].finished_reason["type"] == "abort" and "internal error" in out.outputs[0].meta_info["error"]
     assert out.outputs[1].text_delta and out.outputs[1].finished_reason == {"type": "length"}
@@ -227,8 +281,9 @@ def test_latency_histograms_and_counters():
     from sgl_runtime.server.request_state import ReqState
 
     metrics = ServerMetrics()
-    request = TokenizedGenerateReqInput(rid="r", input_text=None, input_ids=[1, 2],
-                                        sampling_params=SamplingParams(regex="a+"))
+    request = TokenizedGenerateReqInput(
+        rid="r", input_text=None, input_ids=[1, 2], sampling_params=SamplingParams(regex="a+")
+    )
     state = ReqState(request=request, updates=asyncio.Queue(), created=time.perf_counter() - 1.0)
     meta = {"prompt_tokens": 2, "completion_tokens": 1, "cached_tokens": 0, "forward_passes": 1, "queue_time": 0.25}
     state.apply(ReqStrOutput(rid="r", text_delta="a", new_output_ids=[5], finished_reason=None, meta_info=meta))
@@ -237,8 +292,9 @@ def test_latency_histograms_and_counters():
     meta = {**meta, "completion_tokens": 4, "forward_passes": 2}
     state.apply(ReqStrOutput(rid="r", text_delta="aaa", new_output_ids=[5, 5, 5], finished_reason=None, meta_info=meta))
     metrics.observe(state, first_output=False)
-    state.apply(ReqStrOutput(rid="r", text_delta="", new_output_ids=[], finished_reason={"type": "abort"},
-                             meta_info=meta))
+    state.apply(
+        ReqStrOutput(rid="r", text_delta="", new_output_ids=[], finished_reason={"type": "abort"}, meta_info=meta)
+    )
     metrics.observe(state, first_output=False)
     text = metrics.exposition({"num_retractions": 2}, {"constraint_compile_hits": 3}).decode()
 

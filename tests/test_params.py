@@ -51,6 +51,12 @@ def test_help_lists_every_flag_with_defaults(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     out = capsys.readouterr().out
-    for flag in ("--model-path", "--mem-fraction-static", "--chunked-prefill-size", "--api-key", "--disable-jump-forward"):
+    for flag in (
+        "--model-path",
+        "--mem-fraction-static",
+        "--chunked-prefill-size",
+        "--api-key",
+        "--disable-jump-forward",
+    ):
         assert flag in out
     assert "default: 127.0.0.1" in out

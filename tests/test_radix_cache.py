@@ -225,7 +225,7 @@ class RadixCacheMachine(RuleBasedStateMachine):
         value = torch.tensor(prefix + fresh, dtype=torch.int64)
         expected = self._model_match_len(seq)
         assert self.tree.insert(seq, value) == expected
-        self._release(value[len(prefix):expected].tolist())  # our duplicates of cached slots
+        self._release(value[len(prefix) : expected].tolist())  # our duplicates of cached slots
         for i in range(expected, len(seq)):
             self.slots[tuple(seq[: i + 1])] = int(value[i])
         self._touch(seq)

@@ -16,9 +16,15 @@ from tests.server_fixtures import start_server
 from tests.tool_fixtures import THINK_END_ID, THINK_ID, make_chat_checkpoint
 
 MESSAGES = [{"role": "user", "content": "Think, then answer."}]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 10},
-                                           "score": {"type": "integer", "minimum": 0, "maximum": 9}},
-          "required": ["answer", "score"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "maxLength": 10},
+        "score": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+    "required": ["answer", "score"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +64,9 @@ def test_reasoning_split_matches_the_format(client, stream):
     for seed in range(8):
         raw = chat(client, seed, False, extra_body={"separate_reasoning": False})[1]
         reasoning, content = chat(client, seed, stream)
-        assert (reasoning, content.strip()) == tuple(p if i == 0 else p.strip() for i, p in enumerate(reference_split(raw)))
+        assert (reasoning, content.strip()) == tuple(
+            p if i == 0 else p.strip() for i, p in enumerate(reference_split(raw))
+        )
         saw_both += bool(reasoning and content)
     assert saw_both, "the nudged model should both think and answer in some of the samples"
 
@@ -80,6 +88,12 @@ def test_response_format_applies_after_reasoning(client, stream):
 def test_enable_thinking_false_answers_directly(client):
     fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
     for seed in range(3):
-        reasoning, content = chat(client, seed, False, response_format=fmt, max_tokens=60,
-                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        reasoning, content = chat(
+            client,
+            seed,
+            False,
+            response_format=fmt,
+            max_tokens=60,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
         jsonschema.validate(json.loads(content), SCHEMA)

@@ -29,8 +29,9 @@ TEXTS = ["".join(t) for n in range(5) for t in itertools.product(TEXT_ALPHABET, 
 atoms = st.sampled_from(["a", "b", "A", "[ab]", "[^a]", ".", r"\w", r"\W", r"\s", "[a-bA]", r"\n", "_", " "])
 anchors = st.sampled_from(["^", "$", r"\A", r"\Z", r"\b", r"\B"])
 fixed = st.sampled_from(["a", "b", "ab", "[ab]", r"\w", ".", "a|b", "aA", r"\s"])  # lookbehind bodies
-quantifiers = st.sampled_from(["", "", "*", "+", "?", "{2}", "{0,2}", "{1,}", "*?", "+?", "??", "{1,2}?",
-                               "*+", "++", "?+", "{1,2}+"])
+quantifiers = st.sampled_from(
+    ["", "", "*", "+", "?", "{2}", "{0,2}", "{1,}", "*?", "+?", "??", "{1,2}?", "*+", "++", "?+", "{1,2}+"]
+)
 flags = st.sampled_from(["i", "s", "m", "is", "im", "ms"])
 
 
@@ -39,20 +40,25 @@ def _extend(inner):
         st.tuples(inner, inner).map("".join),
         st.tuples(inner, inner).map(lambda p: f"(?:{p[0]}|{p[1]})"),
         st.tuples(inner, quantifiers).map(lambda p: f"(?:{p[0]}){p[1]}"),
-        inner.map(lambda r: f"(?={r})"), inner.map(lambda r: f"(?!{r})"),
-        fixed.map(lambda r: f"(?<={r})"), fixed.map(lambda r: f"(?<!{r})"),
+        inner.map(lambda r: f"(?={r})"),
+        inner.map(lambda r: f"(?!{r})"),
+        fixed.map(lambda r: f"(?<={r})"),
+        fixed.map(lambda r: f"(?<!{r})"),
         inner.map(lambda r: f"(?>{r})"),
         st.tuples(flags, inner).map(lambda p: f"(?{p[0]}:{p[1]})"),
     )
 
 
-regexes = st.recursive(st.one_of(atoms, anchors, st.tuples(atoms, quantifiers).map("".join)), _extend,
-                       max_leaves=6)
+regexes = st.recursive(st.one_of(atoms, anchors, st.tuples(atoms, quantifiers).map("".join)), _extend, max_leaves=6)
 global_flags = st.sampled_from(["", "", "", "(?i)", "(?s)", "(?m)"])
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(global_flags, regexes)
 def test_compiled_regexes_agree_with_re(prefix, body):
     pattern = prefix + body
@@ -74,27 +80,33 @@ def test_issue_reproduction_lookahead_is_exact():
         assert constraint.accepts(text) == (re.fullmatch(r"(?!ab)[ab]{1,4}", text) is not None), text
 
 
-@pytest.mark.parametrize("pattern, feature", [
-    (r"(a)\1", "backreference"),
-    (r"(a)?(?(1)b|c)", "conditional group"),
-    (r"(?>a|ab)c", "atomic group"),
-    (r"(?:a|ab)*+c", "possessive quantifier"),
-    (r"(?=a\b)a", "an assertion"),
-    (r"(?u)\w", "(?u)"),
-])
+@pytest.mark.parametrize(
+    "pattern, feature",
+    [
+        (r"(a)\1", "backreference"),
+        (r"(a)?(?(1)b|c)", "conditional group"),
+        (r"(?>a|ab)c", "atomic group"),
+        (r"(?:a|ab)*+c", "possessive quantifier"),
+        (r"(?=a\b)a", "an assertion"),
+        (r"(?u)\w", "(?u)"),
+    ],
+)
 def test_refusals_name_the_feature(pattern, feature):
     with pytest.raises(ConstraintError, match=re.escape(feature)):
         regex_to_dfa(pattern)
 
 
-@pytest.mark.parametrize("pattern, yes, no", [
-    (r"^(?=.*[A-Z])(?=.*\d)\w{4,8}$", ["abC1", "1234Z"], ["abcd1", "ABCD", "aB1"]),
-    (r"\d+(?<!0)", ["10001", "7"], ["10", "0"]),
-    (r"[a-z]++z", [], ["az", "zz"]),
-    (r"a\b[ -]\B-", ["a -", "a--"], ["a-", "ab-", "a- "]),
-    (r"(?i)Hello(?-i: World)", ["hELLO World"], ["hello world"]),
-    (r"(?m)a$\n^b$\n?", ["a\nb", "a\nb\n"], ["ab"]),
-])
+@pytest.mark.parametrize(
+    "pattern, yes, no",
+    [
+        (r"^(?=.*[A-Z])(?=.*\d)\w{4,8}$", ["abC1", "1234Z"], ["abcd1", "ABCD", "aB1"]),
+        (r"\d+(?<!0)", ["10001", "7"], ["10", "0"]),
+        (r"[a-z]++z", [], ["az", "zz"]),
+        (r"a\b[ -]\B-", ["a -", "a--"], ["a-", "ab-", "a- "]),
+        (r"(?i)Hello(?-i: World)", ["hELLO World"], ["hello world"]),
+        (r"(?m)a$\n^b$\n?", ["a\nb", "a\nb\n"], ["ab"]),
+    ],
+)
 def test_known_regexes(pattern, yes, no):
     try:
         dfa = regex_to_dfa(pattern)
@@ -109,10 +121,20 @@ def test_known_regexes(pattern, yes, no):
 PATTERN_TEXTS = ["".join(t) for n in range(5) for t in itertools.product("ab1 -", repeat=n)]
 
 
-@pytest.mark.parametrize("pattern", [
-    r"(?!ab)[ab]{1,4}", r"^(?!ab)[ab]{1,4}$", r"^a", r"b$", r"\bab\b", r"a\B", r"(?<=a)b", r"^(?=.*\d).{2,}$",
-    r"^[ab]+(?<!b)$"
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"(?!ab)[ab]{1,4}",
+        r"^(?!ab)[ab]{1,4}$",
+        r"^a",
+        r"b$",
+        r"\bab\b",
+        r"a\B",
+        r"(?<=a)b",
+        r"^(?=.*\d).{2,}$",
+        r"^[ab]+(?<!b)$",
+    ],
+)
 def test_json_schema_patterns_are_exact(pattern):
     """A pattern searches (ECMA-262): the schema accepts exactly what jsonschema accepts."""
     from jsonschema import Draft202012Validator

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from layer_compare import assert_layers_match
 from model_fixtures import make_tiny_checkpoint
+
 from sgl_runtime.layers.rotary_embedding import RotaryEmbedding, rope_attention_factor, rope_inv_freq
 from sgl_runtime.model_config import ModelConfig, rope_context_limit, rope_parameters
 
@@ -18,20 +18,39 @@ SCALINGS = {
     "linear": (dict(rope_type="linear", factor=2.0), 64),
     "dynamic": (dict(rope_type="dynamic", factor=2.0), 64),
     "yarn": (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16), 64),  # Qwen2.5/Qwen3 style
-    "yarn-untruncated": (dict(rope_type="yarn", factor=3.0, original_max_position_embeddings=32, beta_fast=16,
-                              beta_slow=2, truncate=False), 96),
-    "yarn-mscale": (dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=8, mscale=0.707,
-                         mscale_all_dim=1.0), 64),
-    "llama3": (dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                    original_max_position_embeddings=8), 32),
+    "yarn-untruncated": (
+        dict(
+            rope_type="yarn", factor=3.0, original_max_position_embeddings=32, beta_fast=16, beta_slow=2, truncate=False
+        ),
+        96,
+    ),
+    "yarn-mscale": (
+        dict(rope_type="yarn", factor=8.0, original_max_position_embeddings=8, mscale=0.707, mscale_all_dim=1.0),
+        64,
+    ),
+    "llama3": (
+        dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8,
+        ),
+        32,
+    ),
 }
 
 
 def _llama_config(scaling: dict, head_dim: int = 16):
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, max_position_embeddings=MAX_POS,
-                       rope_theta=10000.0, rope_scaling=dict(scaling))
+    return LlamaConfig(
+        hidden_size=4 * head_dim,
+        num_attention_heads=4,
+        max_position_embeddings=MAX_POS,
+        rope_theta=10000.0,
+        rope_scaling=dict(scaling),
+    )
 
 
 @pytest.mark.parametrize("name", list(SCALINGS))
@@ -73,12 +92,15 @@ def test_dynamic_ntk_matches_transformers_at_the_longest_length():
     torch.testing.assert_close(rope_inv_freq(128, rope_parameters(config)), expected)
 
 
-@pytest.mark.parametrize("name,arch", [("linear", "llama2"), ("dynamic", "llama2"), ("yarn", "qwen3"),
-                                       ("yarn-mscale", "qwen2"), ("llama3", "llama3")])
+@pytest.mark.parametrize(
+    "name,arch",
+    [("linear", "llama2"), ("dynamic", "llama2"), ("yarn", "qwen3"), ("yarn-mscale", "qwen2"), ("llama3", "llama3")],
+)
 def test_checkpoint_with_rope_scaling_matches_transformers_per_layer(name, arch, tmp_path):
     scaling, limit = SCALINGS[name]
-    path = make_tiny_checkpoint(arch, tmp_path, max_position_embeddings=MAX_POS, rope_scaling=dict(scaling),
-                                num_hidden_layers=3)
+    path = make_tiny_checkpoint(
+        arch, tmp_path, max_position_embeddings=MAX_POS, rope_scaling=dict(scaling), num_hidden_layers=3
+    )
     assert ModelConfig.from_path(path, context_length=limit).context_length == limit
     ids = [(7919 * i + 13) % 150000 for i in range(limit)]  # positions up to the supported context length
     assert_layers_match(path, ids, max_context=limit + 1)
@@ -92,11 +114,15 @@ def test_rope_context_limit(name):
 
 def test_context_length_beyond_the_rope_config_is_a_clear_error(tmp_path):
     plain = make_tiny_checkpoint("llama2", tmp_path / "plain", max_position_embeddings=MAX_POS)
-    with pytest.raises(ValueError, match=r"context_length=64 exceeds the model's maximum of 32 tokens "
-                                         r"\(max_position_embeddings=32 with rope_type 'default'; a rope_scaling"):
+    with pytest.raises(
+        ValueError,
+        match=r"context_length=64 exceeds the model's maximum of 32 tokens "
+        r"\(max_position_embeddings=32 with rope_type 'default'; a rope_scaling",
+    ):
         ModelConfig.from_path(plain, context_length=64)
-    yarn = make_tiny_checkpoint("qwen3", tmp_path / "yarn", max_position_embeddings=MAX_POS,
-                                rope_scaling=dict(SCALINGS["yarn"][0]))
+    yarn = make_tiny_checkpoint(
+        "qwen3", tmp_path / "yarn", max_position_embeddings=MAX_POS, rope_scaling=dict(SCALINGS["yarn"][0])
+    )
     assert ModelConfig.from_path(yarn).context_length == MAX_POS  # the default stays the config's own
     assert ModelConfig.from_path(yarn, context_length=64).context_length == 64
     with pytest.raises(ValueError, match="exceeds the model's maximum of 64 tokens .*extended by rope_type 'yarn'"):
@@ -121,6 +147,7 @@ def test_server_refuses_to_start_with_too_long_a_context(tmp_path, capfd):
 def test_scaled_rope_through_the_triton_path_matches_transformers(name, arch, tmp_path):
     """On CUDA the rotary kernel takes the scaled (and, for YaRN, attention-factor-weighted) tables."""
     from engine_fixtures import hf_greedy, random_prompts
+
     from sgl_runtime.engine import Engine
 
     scaling, limit = SCALINGS[name]

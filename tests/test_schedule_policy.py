@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from sgl_runtime.scheduler.schedule_policy import LPM_FALLBACK_QUEUE_LEN, SchedulePolicy, prefix_match_key
 from sgl_runtime.mem_cache.radix_cache import RadixCache
+from sgl_runtime.scheduler.schedule_policy import LPM_FALLBACK_QUEUE_LEN, SchedulePolicy, prefix_match_key
 
 
 @dataclass(eq=False)

@@ -14,14 +14,17 @@ NUM_CLIENTS = 64
 
 async def stream_one(client: httpx.AsyncClient, url: str, i: int) -> tuple[int, dict, int]:
     max_new = 4 + i % 13
-    body = {"text": f"Client number {i} says", "stream": True,
-            "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}}
+    body = {
+        "text": f"Client number {i} says",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True},
+    }
     chunks = []
     async with client.stream("POST", f"{url}/generate", json=body) as r:
         assert r.status_code == 200
         async for line in r.aiter_lines():
             if line.startswith("data: "):
-                chunks.append(line[len("data: "):])
+                chunks.append(line[len("data: ") :])
     assert chunks[-1] == "[DONE]"
     return max_new, json.loads(chunks[-2]), len(chunks) - 1
 

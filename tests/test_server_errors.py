@@ -29,13 +29,17 @@ BAD_REQUESTS = [
     ("/generate", {"input_ids": []}, 400, ["empty"]),
     ("/generate", {"text": "x", "input_ids": [1]}, 400, ["exactly one"]),
     ("/generate", {}, 400, ["exactly one"]),
-    ("/generate", {"input_ids": [10 ** 9]}, 400, ["vocabulary"]),
+    ("/generate", {"input_ids": [10**9]}, 400, ["vocabulary"]),
     ("/generate", {"text": "x", "return_logprob": "no"}, 400, ["return_logprob"]),
     ("/generate", {"text": "x", "sampling_params": {"regex": "(unclosed"}}, 400, ["regex"]),
     ("/generate", {"text": "x", "sampling_params": {"json_schema": "{not json"}}, 400, ["json_schema"]),
     ("/generate", {"text": "x", "stream": True, "sampling_params": {"regex": "(unclosed"}}, 400, ["regex"]),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True,
-                              "regex": "[z-a]"}, 400, ["regex"]),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "stream": True, "regex": "[z-a]"},
+        400,
+        ["regex"],
+    ),
     ("/generate", {"text": "x", "sampling_params": {"regex": "a", "choices": ["b"]}}, 400, ["one constraint"]),
     ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, 400, ["sampling_params", "2"]),
     ("/generate", {"text": ["a", "b"], "rid": ["same", "same"]}, 400, ["rid", "distinct"]),
@@ -47,8 +51,12 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", {"model": "m"}, 400, ["messages"]),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, ["role"]),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 2}, 400, ["top_p"]),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                              "response_format": {"type": "json_schema"}}, 400, ["schema"]),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}},
+        400,
+        ["schema"],
+    ),
 ]
 
 
@@ -60,13 +68,16 @@ def send(server, path, body):
 
 def test_bad_inputs_get_4xx_while_a_good_request_completes(server):
     good: dict = {}
-    body = {"text": "A well-formed request", "stream": True,
-            "sampling_params": {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0}}
+    body = {
+        "text": "A well-formed request",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0},
+    }
 
     def run_good():
         with requests.post(f"{server.url}/generate", json=body, stream=True, timeout=300) as r:
             lines = [line for line in r.iter_lines(decode_unicode=True) if line]
-        good["last"] = json.loads(lines[-2][len("data: "):])
+        good["last"] = json.loads(lines[-2][len("data: ") :])
         good["done"] = lines[-1]
 
     thread = threading.Thread(target=run_good)
@@ -74,8 +85,11 @@ def test_bad_inputs_get_4xx_while_a_good_request_completes(server):
     failures = []
     for path, bad, status, words in BAD_REQUESTS:
         r = send(server, path, bad)
-        message = r.json().get("error", {}).get("message", "") if r.headers.get("content-type", "").startswith(
-            "application/json") else r.text
+        message = (
+            r.json().get("error", {}).get("message", "")
+            if r.headers.get("content-type", "").startswith("application/json")
+            else r.text
+        )
         if r.status_code != status or not all(w.lower() in message.lower() for w in words):
             failures.append((path, bad if len(str(bad)) < 80 else str(bad)[:80], r.status_code, message))
         else:

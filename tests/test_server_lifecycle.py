@@ -12,9 +12,9 @@ import time
 import openai
 import pytest
 import requests
+from server_fixtures import descendant_pids, free_port, pid_alive, start_server
 
 import sgl_lang as sgl
-from server_fixtures import descendant_pids, free_port, pid_alive, start_server
 
 API_KEY = "test-secret"
 TEMPLATE = "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}\n{% endfor %}<<assistant>>"
@@ -35,8 +35,9 @@ def test_api_key_required(keyed_server):
     wrong = requests.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     assert requests.get(f"{url}/health").status_code == 200  # liveness stays open
-    ok = requests.post(f"{url}/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}},
-                       headers=keyed_server.headers)
+    ok = requests.post(
+        f"{url}/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 1}}, headers=keyed_server.headers
+    )
     assert ok.status_code == 200
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
@@ -90,18 +91,47 @@ def test_runtime_launches_a_server_that_sigterm_stops_entirely():
 
 
 def test_bad_model_path_exits_with_error():
-    proc = subprocess.run([sys.executable, "-m", "sgl_runtime.launch_server", "--model-path", "/no/such/model",
-                           "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sgl_runtime.launch_server",
+            "--model-path",
+            "/no/such/model",
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "/no/such/model" in proc.stderr
 
 
 def test_help_lists_flags():
-    out = subprocess.run([sys.executable, "-m", "sgl_runtime.launch_server", "--help"], capture_output=True,
-                         text=True, timeout=60).stdout
-    for flag in ("--model-path", "--tokenizer-path", "--host", "--port", "--dtype", "--device", "--context-length",
-                 "--mem-fraction-static", "--max-total-tokens", "--max-running-requests", "--chunked-prefill-size",
-                 "--schedule-policy", "--disable-radix-cache", "--stream-interval", "--api-key", "--log-level",
-                 "--served-model-name", "--chat-template"):
+    out = subprocess.run(
+        [sys.executable, "-m", "sgl_runtime.launch_server", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    for flag in (
+        "--model-path",
+        "--tokenizer-path",
+        "--host",
+        "--port",
+        "--dtype",
+        "--device",
+        "--context-length",
+        "--mem-fraction-static",
+        "--max-total-tokens",
+        "--max-running-requests",
+        "--chunked-prefill-size",
+        "--schedule-policy",
+        "--disable-radix-cache",
+        "--stream-interval",
+        "--api-key",
+        "--log-level",
+        "--served-model-name",
+        "--chat-template",
+    ):
         assert flag in out, flag
     assert "127.0.0.1" in out

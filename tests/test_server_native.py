@@ -17,7 +17,7 @@ def sse_chunks(response) -> list:
     lines = [line for line in response.iter_lines(decode_unicode=True) if line]
     assert lines[-1] == "data: [DONE]"
     assert all(line.startswith("data: ") for line in lines)
-    return [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    return [json.loads(line[len("data: ") :]) for line in lines[:-1]]
 
 
 def tokenizer_of(server):
@@ -25,7 +25,11 @@ def tokenizer_of(server):
 
 
 def test_generate_plain(server):
-    r = post(server, "/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})
+    r = post(
+        server,
+        "/generate",
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}},
+    )
     assert r.status_code == 200, r.text
     out = r.json()
     meta = out["meta_info"]
@@ -34,12 +38,18 @@ def test_generate_plain(server):
     assert meta["prompt_tokens"] == len(tokenizer_of(server).encode("The capital of France is"))
     assert out["text"] == tokenizer_of(server).decode(out["output_ids"])
     assert meta["e2e_latency"] > 0 and isinstance(meta["id"], str)
-    again = post(server, "/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})
+    again = post(
+        server,
+        "/generate",
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}},
+    )
     assert again.json()["output_ids"] == out["output_ids"]  # greedy is deterministic
 
 
 def test_generate_input_ids_and_rid(server):
-    r = post(server, "/generate", {"input_ids": [9707, 11, 1879], "rid": "my-rid", "sampling_params": {"max_new_tokens": 3}})
+    r = post(
+        server, "/generate", {"input_ids": [9707, 11, 1879], "rid": "my-rid", "sampling_params": {"max_new_tokens": 3}}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["meta_info"]["id"] == "my-rid"
     assert r.json()["meta_info"]["prompt_tokens"] == 3
@@ -76,19 +86,29 @@ def test_generate_stream(server):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         chunks = sse_chunks(r)
     assert len(chunks) >= 2
-    assert [c["meta_info"]["completion_tokens"] for c in chunks] == sorted(c["meta_info"]["completion_tokens"] for c in chunks)
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == sorted(
+        c["meta_info"]["completion_tokens"] for c in chunks
+    )
     last = chunks[-1]
     assert last["meta_info"]["finish_reason"]["type"] == "length" and len(last["output_ids"]) == 5
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
-    plain = post(server, "/generate", {"text": "Stream me", "sampling_params": {"max_new_tokens": 5, "temperature": 0}}).json()
+    plain = post(
+        server, "/generate", {"text": "Stream me", "sampling_params": {"max_new_tokens": 5, "temperature": 0}}
+    ).json()
     assert last["text"] == plain["text"] and last["output_ids"] == plain["output_ids"]
 
 
 def test_generate_logprobs(server):
     tok = tokenizer_of(server)
     text = "Logprobs of this prompt"
-    body = {"text": text, "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "return_logprob": True,
-            "logprob_start_len": 0, "top_logprobs_num": 2, "return_text_in_logprobs": True}
+    body = {
+        "text": text,
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 2,
+        "return_text_in_logprobs": True,
+    }
     out = post(server, "/generate", body).json()
     meta = out["meta_info"]
     prompt_ids = tok.encode(text)
@@ -109,13 +129,17 @@ def test_max_new_tokens_zero_caches_prefix(server):
     assert r.status_code == 200, r.text
     first = r.json()["meta_info"]
     assert first["completion_tokens"] == 0 and r.json()["text"] == ""
-    second = post(server, "/generate", {"text": prefix + "And a question?", "sampling_params": {"max_new_tokens": 2}}).json()
+    second = post(
+        server, "/generate", {"text": prefix + "And a question?", "sampling_params": {"max_new_tokens": 2}}
+    ).json()
     assert second["meta_info"]["cached_tokens"] >= first["prompt_tokens"] - 1
 
 
 def test_stop_string_trimmed(server):
-    base = post(server, "/generate", {"text": "Stop test", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).json()
-    stop = base["text"][len(base["text"]) // 2:][:3]
+    base = post(
+        server, "/generate", {"text": "Stop test", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    ).json()
+    stop = base["text"][len(base["text"]) // 2 :][:3]
     body = {"text": "Stop test", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "stop": stop}}
     out = post(server, "/generate", body).json()
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
@@ -164,9 +188,15 @@ def test_health_generate_flush_metrics(server):
     assert requests.post(f"{server.url}/flush_cache").status_code == 200
     assert requests.get(f"{server.url}/flush_cache").status_code == 200
     text = requests.get(f"{server.url}/metrics").text
-    for name in ("sgl_runtime_num_running_reqs", "sgl_runtime_num_waiting_reqs", "sgl_runtime_token_usage",
-                 "sgl_runtime_cache_hit_rate", "sgl_runtime_gen_throughput",
-                 "sgl_runtime_e2e_request_latency_seconds_bucket", "sgl_runtime_generation_tokens_total"):
+    for name in (
+        "sgl_runtime_num_running_reqs",
+        "sgl_runtime_num_waiting_reqs",
+        "sgl_runtime_token_usage",
+        "sgl_runtime_cache_hit_rate",
+        "sgl_runtime_gen_throughput",
+        "sgl_runtime_e2e_request_latency_seconds_bucket",
+        "sgl_runtime_generation_tokens_total",
+    ):
         assert name in text, name
 
 

@@ -42,16 +42,24 @@ def test_completion_echo_logprobs_scores_prompt(client, server):
     lp = choice.logprobs
     assert "".join(lp.tokens) == prompt and lp.token_logprobs[0] is None
     assert all(x < 0 for x in lp.token_logprobs[1:])
-    native = requests.post(f"{server.url}/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 0},
-                                                           "return_logprob": True, "logprob_start_len": 0}).json()
+    native = requests.post(
+        f"{server.url}/generate",
+        json={"text": prompt, "sampling_params": {"max_new_tokens": 0}, "return_logprob": True, "logprob_start_len": 0},
+    ).json()
     expected = [e[0] for e in native["meta_info"]["input_token_logprobs"]]
     assert lp.token_logprobs[1:] == pytest.approx(expected[1:], abs=1e-4)
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
 
 
 def test_completion_stream_with_usage(client):
-    stream = client.completions.create(model="sgl-demo", prompt="Stream", max_tokens=4, temperature=0, stream=True,
-                                       stream_options={"include_usage": True})
+    stream = client.completions.create(
+        model="sgl-demo",
+        prompt="Stream",
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert chunks[-1].usage.completion_tokens == 4 and not chunks[-1].choices
@@ -61,9 +69,14 @@ def test_completion_stream_with_usage(client):
 
 
 def test_chat_completion(client):
-    r = client.chat.completions.create(model="sgl-demo", messages=[{"role": "system", "content": "Be brief."},
-                                                                   {"role": "user", "content": "Hi!"}],
-                                       max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    r = client.chat.completions.create(
+        model="sgl-demo",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
     msg = r.choices[0].message
     assert msg.role == "assistant" and r.usage.completion_tokens == 4
     content = r.choices[0].logprobs.content
@@ -74,8 +87,11 @@ def test_chat_completion(client):
 
 def test_chat_stream(client):
     messages = [{"role": "user", "content": "Tell me a story"}]
-    chunks = list(client.chat.completions.create(model="sgl-demo", messages=messages, max_completion_tokens=5,
-                                                 temperature=0, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="sgl-demo", messages=messages, max_completion_tokens=5, temperature=0, stream=True
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     whole = client.chat.completions.create(model="sgl-demo", messages=messages, max_tokens=5, temperature=0)
@@ -84,11 +100,18 @@ def test_chat_stream(client):
 
 
 def test_chat_json_schema_response_format(client):
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
-              "required": ["name", "age"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
     r = client.chat.completions.create(
-        model="sgl-demo", messages=[{"role": "user", "content": "A person as JSON"}], max_tokens=60,
-        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+        model="sgl-demo",
+        messages=[{"role": "user", "content": "A person as JSON"}],
+        max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
+    )
     data = json.loads(r.choices[0].message.content)
     jsonschema.validate(data, schema)  # JSON Schema's "integer" also admits e.g. 5e3
 

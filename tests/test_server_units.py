@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
-from sgl_runtime.server.openai_responses import StreamBuilder, completion_logprobs
-from sgl_runtime.io_struct import BatchTokenIDOut, GenerateReqInput, ReqTokenOutput
 from sgl_runtime.detokenizer.detokenizer_manager import DetokenizerManager, partial_stop_suffix_len
-from sgl_runtime.server.generate_request import parse_generate_body, split_generate_request
+from sgl_runtime.io_struct import BatchTokenIDOut, GenerateReqInput, ReqTokenOutput
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 from sgl_runtime.sampling_params import InvalidRequestError
+from sgl_runtime.server.generate_request import parse_generate_body, split_generate_request
+from sgl_runtime.server.openai_responses import StreamBuilder, completion_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +26,16 @@ def test_split_single_and_batch():
     assert is_batch and [s.rid for s in singles] == ["a", "b"] and [s.return_logprob for s in singles] == [True, False]
 
 
-@pytest.mark.parametrize("body, words", [
-    ({"text": "x", "nope": 1}, ["unknown", "nope"]),
-    ({"text": ["a", "b"], "rid": "same"}, ["rid", "list"]),
-    ({"text": "a", "rid": ["x"]}, ["rid", "single"]),
-    ({"input_ids": [1, "2"]}, ["input_ids"]),
-    ({"text": "x", "top_logprobs_num": -1}, ["top_logprobs_num"]),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"text": "x", "nope": 1}, ["unknown", "nope"]),
+        ({"text": ["a", "b"], "rid": "same"}, ["rid", "list"]),
+        ({"text": "a", "rid": ["x"]}, ["rid", "single"]),
+        ({"input_ids": [1, "2"]}, ["input_ids"]),
+        ({"text": "x", "top_logprobs_num": -1}, ["top_logprobs_num"]),
+    ],
+)
 def test_split_rejects(body, words):
     with pytest.raises(InvalidRequestError) as err:
         split_generate_request(parse_generate_body(body))
@@ -47,8 +50,15 @@ def test_partial_stop_suffix_len():
 
 
 def _out(rid, ids, finished=None, stops=()):
-    return ReqTokenOutput(rid=rid, new_output_ids=ids, finished_reason=finished, prompt_tokens=1,
-                          completion_tokens=len(ids), cached_tokens=0, stop_strs=stops)
+    return ReqTokenOutput(
+        rid=rid,
+        new_output_ids=ids,
+        finished_reason=finished,
+        prompt_tokens=1,
+        completion_tokens=len(ids),
+        cached_tokens=0,
+        stop_strs=stops,
+    )
 
 
 def test_detokenizer_streams_without_leaking_a_stop_string(tokenizer):
@@ -102,8 +112,12 @@ def test_detokenizer_logprob_texts(tokenizer):
 
 def test_completion_logprobs_shape():
     lp = completion_logprobs([[None, 1, "a"], [-1.0, 2, "bc"]], [None, [[-1.0, 2, "bc"], [-2.0, 3, "d"]]])
-    assert lp == {"tokens": ["a", "bc"], "token_logprobs": [None, -1.0],
-                  "top_logprobs": [None, {"bc": -1.0, "d": -2.0}], "text_offset": [0, 1]}
+    assert lp == {
+        "tokens": ["a", "bc"],
+        "token_logprobs": [None, -1.0],
+        "top_logprobs": [None, {"bc": -1.0, "d": -2.0}],
+        "text_offset": [0, 1],
+    }
 
 
 def test_stream_builder_deltas():

@@ -19,10 +19,12 @@ from sgl_runtime import sglang_fields as table
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 needs_sglang = pytest.mark.skipif(not HAS_SGLANG, reason="sglang is not installed (the sglang-compat extra)")
 
-SOURCES = [("srt/managers/io_struct.py", "GenerateReqInput", table.GENERATE_REQ_INPUT),
-           ("srt/sampling/sampling_params.py", "SamplingParams", table.SAMPLING_PARAMS),
-           ("srt/entrypoints/openai/protocol.py", "CompletionRequest", table.COMPLETION_REQUEST),
-           ("srt/entrypoints/openai/protocol.py", "ChatCompletionRequest", table.CHAT_COMPLETION_REQUEST)]
+SOURCES = [
+    ("srt/managers/io_struct.py", "GenerateReqInput", table.GENERATE_REQ_INPUT),
+    ("srt/sampling/sampling_params.py", "SamplingParams", table.SAMPLING_PARAMS),
+    ("srt/entrypoints/openai/protocol.py", "CompletionRequest", table.COMPLETION_REQUEST),
+    ("srt/entrypoints/openai/protocol.py", "ChatCompletionRequest", table.CHAT_COMPLETION_REQUEST),
+]
 
 
 def _sglang_fields(path: str, cls: str) -> dict[str, str]:
@@ -67,19 +69,41 @@ def test_the_table_lists_every_field_of_sglang_with_its_default(path, cls, ours)
 def test_honoured_openai_fields_are_declared_by_our_request_models():
     from sgl_runtime.server.openai_protocol import ChatCompletionRequest, CompletionRequest
 
-    for entries, model in ((table.COMPLETION_REQUEST, CompletionRequest), (table.CHAT_COMPLETION_REQUEST, ChatCompletionRequest)):
+    for entries, model in (
+        (table.COMPLETION_REQUEST, CompletionRequest),
+        (table.CHAT_COMPLETION_REQUEST, ChatCompletionRequest),
+    ):
         honoured = {n for n, f in entries.items() if f.treatment == "honoured"}
         assert honoured <= set(model.model_fields), honoured - set(model.model_fields)
 
 
 @needs_sglang
 def test_sgl_lang_exports_sglang_program_names_with_the_same_signatures():
-    import sgl_lang
     import sglang
 
-    program_names = [n for n in dir(sglang) if not n.startswith("_") and n not in {
-        "Anthropic", "Crusoe", "Engine", "LazyImport", "LiteLLM", "OpenAI", "ServerArgs", "VertexAI", "lang", "srt",
-        "utils", "version", "test"}]  # backends for other vendors, SGLang's own server, and submodules
+    import sgl_lang
+
+    program_names = [
+        n
+        for n in dir(sglang)
+        if not n.startswith("_")
+        and n
+        not in {
+            "Anthropic",
+            "Crusoe",
+            "Engine",
+            "LazyImport",
+            "LiteLLM",
+            "OpenAI",
+            "ServerArgs",
+            "VertexAI",
+            "lang",
+            "srt",
+            "utils",
+            "version",
+            "test",
+        }
+    ]  # backends for other vendors, SGLang's own server, and submodules
     for name in program_names:
         assert hasattr(sgl_lang, name), f"sgl_lang lacks {name}"
         theirs, ours = getattr(sglang, name), getattr(sgl_lang, name)
@@ -87,8 +111,8 @@ def test_sgl_lang_exports_sglang_program_names_with_the_same_signatures():
             continue
         expected = [(p.name, p.kind, _default(p.default)) for p in inspect.signature(theirs).parameters.values()]
         got = [(p.name, p.kind, _default(p.default)) for p in inspect.signature(ours).parameters.values()]
-        assert got[:len(expected)] == expected, f"{name}: {got} != {expected}"
-        assert all(p[1] == inspect.Parameter.KEYWORD_ONLY for p in got[len(expected):]), name
+        assert got[: len(expected)] == expected, f"{name}: {got} != {expected}"
+        assert all(p[1] == inspect.Parameter.KEYWORD_ONLY for p in got[len(expected) :]), name
     assert sgl_lang.global_config.default_backend is sgl_lang.get_default_backend()
 
 
@@ -112,18 +136,41 @@ def _generate(server, body, status=200):
 
 
 def test_gateway_and_frontend_fields_are_accepted_and_unsupported_ones_named(server):
-    out = _generate(server, {"text": "Hello", "model": "m", "background": False, "log_metrics": True, "no_logs": False,
-                             "return_bytes": False, "return_entropy": False, "return_hidden_states": False,
-                             "return_logprob": None, "sampling_params": {"max_new_tokens": 2, "stop_regex": [],
-                                                                           "custom_params": None}})
+    out = _generate(
+        server,
+        {
+            "text": "Hello",
+            "model": "m",
+            "background": False,
+            "log_metrics": True,
+            "no_logs": False,
+            "return_bytes": False,
+            "return_entropy": False,
+            "return_hidden_states": False,
+            "return_logprob": None,
+            "sampling_params": {"max_new_tokens": 2, "stop_regex": [], "custom_params": None},
+        },
+    )
     assert out["meta_info"]["completion_tokens"] <= 2
     err = _generate(server, {"text": "x", "return_hidden_states": True}, 400)["error"]["message"]
     assert "return_hidden_states" in err and "not supported" in err
     assert "lora_path" in _generate(server, {"text": "x", "lora_path": "a"}, 400)["error"]["message"]
-    assert "stop_regexx" in _generate(server, {"text": "x", "sampling_params": {"stop_regexx": "a"}}, 400)["error"]["message"]
-    chat = requests.post(f"{server.url}/v1/chat/completions", timeout=120, json={
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "continue_final_message": False,
-        "separate_reasoning": True, "stream_reasoning": True, "return_hidden_states": False})
+    assert (
+        "stop_regexx"
+        in _generate(server, {"text": "x", "sampling_params": {"stop_regexx": "a"}}, 400)["error"]["message"]
+    )
+    chat = requests.post(
+        f"{server.url}/v1/chat/completions",
+        timeout=120,
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2,
+            "continue_final_message": False,
+            "separate_reasoning": True,
+            "stream_reasoning": True,
+            "return_hidden_states": False,
+        },
+    )
     assert chat.status_code == 200, chat.text
 
 
@@ -132,28 +179,51 @@ def test_stop_regex_stops_and_trims_the_match(server):
     text = free["text"]
     assert len(text) > 4
     pattern = re.escape(text[2:4])  # a regex that the greedy output is known to match
-    out = _generate(server, {"text": "Count:", "sampling_params": {"max_new_tokens": 24, "temperature": 0,
-                                                                    "stop_regex": [pattern]}})
+    out = _generate(
+        server, {"text": "Count:", "sampling_params": {"max_new_tokens": 24, "temperature": 0, "stop_regex": [pattern]}}
+    )
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}
     assert not re.search(pattern, out["text"]) and text.startswith(out["text"])
-    kept = _generate(server, {"text": "Count:", "sampling_params": {"max_new_tokens": 24, "temperature": 0,
-                                                                     "stop_regex": pattern, "no_stop_trim": True}})
+    kept = _generate(
+        server,
+        {
+            "text": "Count:",
+            "sampling_params": {"max_new_tokens": 24, "temperature": 0, "stop_regex": pattern, "no_stop_trim": True},
+        },
+    )
     assert re.search(pattern, kept["text"])
 
 
 def test_logit_bias_forces_a_token_and_sampling_seed_reproduces(server):
-    out = _generate(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 3, "temperature": 0,
-                                                                "logit_bias": {"9707": 100}, "ignore_eos": True}})
+    out = _generate(
+        server,
+        {
+            "text": "Hi",
+            "sampling_params": {"max_new_tokens": 3, "temperature": 0, "logit_bias": {"9707": 100}, "ignore_eos": True},
+        },
+    )
     assert out["output_ids"] == [9707, 9707, 9707]
     body = {"text": "Hi", "sampling_params": {"max_new_tokens": 6, "temperature": 1.0, "sampling_seed": 7}}
     assert _generate(server, body)["output_ids"] == _generate(server, body)["output_ids"]
 
 
 def test_streamed_logprobs_are_incremental_with_their_cumulative_length(server):
-    r = requests.post(f"{server.url}/generate", stream=True, timeout=120, json={
-        "text": "Stream:", "stream": True, "return_logprob": True,
-        "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}})
-    chunks = [json.loads(line[5:]) for line in r.iter_lines(decode_unicode=True) if line.startswith("data:") and line != "data: [DONE]"]
+    r = requests.post(
+        f"{server.url}/generate",
+        stream=True,
+        timeout=120,
+        json={
+            "text": "Stream:",
+            "stream": True,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True},
+        },
+    )
+    chunks = [
+        json.loads(line[5:])
+        for line in r.iter_lines(decode_unicode=True)
+        if line.startswith("data:") and line != "data: [DONE]"
+    ]
     total = 0
     for chunk in chunks:
         meta = chunk["meta_info"]

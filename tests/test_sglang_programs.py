@@ -18,11 +18,23 @@ import pytest
 pytestmark = pytest.mark.slow
 
 if importlib.util.find_spec("sglang") is None:
-    pytest.skip("sglang is not installed: pip install -e '.[sglang-compat]' && pip install --no-deps sglang==0.5.23",
-                allow_module_level=True)
+    pytest.skip(
+        "sglang is not installed: pip install -e '.[sglang-compat]' && pip install --no-deps sglang==0.5.23",
+        allow_module_level=True,
+    )
 
-STRUCTURAL = ["mt_bench", "select", "parallel_decoding", "stream", "stream_logprobs", "regex", "dtype_gen",
-              "decode_json_regex", "decode_json", "gen_min_new_tokens"]
+STRUCTURAL = [
+    "mt_bench",
+    "select",
+    "parallel_decoding",
+    "stream",
+    "stream_logprobs",
+    "regex",
+    "dtype_gen",
+    "decode_json_regex",
+    "decode_json",
+    "gen_min_new_tokens",
+]
 # These two parse a string the model wrote as JSON; the random model may end a string on the token
 # limit or put a tab in it (SGLang's REGEX_STR allows \s), so on it they show the constraint, not JSON.
 NEEDS_A_MODEL = {"decode_json_regex", "decode_json"}
@@ -37,12 +49,14 @@ def _sglang_programs():
 
 def _sgl_lang_programs():
     """The same source file, with `import sglang as sgl` (and sglang.lang.ir) changed to sgl_lang."""
-    import sgl_lang
     import sglang.test.test_programs as programs
+
+    import sgl_lang
 
     source = open(programs.__file__).read()
     source = source.replace("import sglang as sgl", "import sgl_lang as sgl").replace(
-        "from sglang.lang.ir import", "from sgl_lang.ir import")
+        "from sglang.lang.ir import", "from sgl_lang.ir import"
+    )
     module = types.ModuleType("sgl_lang_test_programs")
     module.__file__ = programs.__file__
     exec(compile(source, programs.__file__, "exec"), module.__dict__)
@@ -92,11 +106,23 @@ def test_sglang_frontend_runs_sglang_test_program(program, server, tokenizer_mod
     _run(program, sgl, programs, server.url)
 
 
-@pytest.mark.parametrize("program", [
-    pytest.param(p, marks=pytest.mark.xfail(reason="stream_logprobs through sgl_lang failed in the last CI run after "
-                                              "the token_ids_logprob merge (ValueError: too many values to unpack); "
-                                              "open in issue 19", strict=False))
-    if p == "stream_logprobs" else p for p in STRUCTURAL])
+@pytest.mark.parametrize(
+    "program",
+    [
+        pytest.param(
+            p,
+            marks=pytest.mark.xfail(
+                reason="stream_logprobs through sgl_lang failed in the last CI run after "
+                "the token_ids_logprob merge (ValueError: too many values to unpack); "
+                "open in issue 19",
+                strict=False,
+            ),
+        )
+        if p == "stream_logprobs"
+        else p
+        for p in STRUCTURAL
+    ],
+)
 def test_sgl_lang_runs_sglang_test_program_with_only_the_import_changed(program, server, tokenizer_module):
     sgl, programs = _sgl_lang_programs()
     _run(program, sgl, programs, server.url)

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from server_fixtures import ServerProcess, flush_when_idle, free_port
 
 if importlib.util.find_spec("sglang_router") is None:
-    pytest.skip("sglang-router is not installed: pip install 'sglang-router==0.3.2' "
-                "(or pip install -e '.[sglang-compat]')", allow_module_level=True)
+    pytest.skip(
+        "sglang-router is not installed: pip install 'sglang-router==0.3.2' (or pip install -e '.[sglang-compat]')",
+        allow_module_level=True,
+    )
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +41,17 @@ QUESTIONS = 4
 
 LAUNCH_ROUTER = ["-m", "sglang_router.launch_router"]
 # launch_router.main without its module's imports (mini_lb, and through it sglang.srt).
-RUST_ROUTER = ["-c", "import argparse, sys\n"
-               "from sglang_router.router import Router\n"
-               "from sglang_router.router_args import RouterArgs\n"
-               "parser = argparse.ArgumentParser()\n"
-               "RouterArgs.add_cli_args(parser, use_router_prefix=False)\n"
-               "args = RouterArgs.from_cli_args(parser.parse_args(sys.argv[1:]), use_router_prefix=False)\n"
-               "args._validate_router_args()\n"
-               "Router.from_args(args).start()\n"]
+RUST_ROUTER = [
+    "-c",
+    "import argparse, sys\n"
+    "from sglang_router.router import Router\n"
+    "from sglang_router.router_args import RouterArgs\n"
+    "parser = argparse.ArgumentParser()\n"
+    "RouterArgs.add_cli_args(parser, use_router_prefix=False)\n"
+    "args = RouterArgs.from_cli_args(parser.parse_args(sys.argv[1:]), use_router_prefix=False)\n"
+    "args._validate_router_args()\n"
+    "Router.from_args(args).start()\n",
+]
 
 
 class Gateway:
@@ -60,10 +64,27 @@ class Gateway:
         self.log_path = Path(tempfile.mkstemp(prefix=f"sgl_gateway_{policy}_", suffix=".log")[1])
         self._log, self._terminated = open(self.log_path, "wb"), False
         self.proc = subprocess.Popen(
-            [sys.executable, *launcher, "--host", "127.0.0.1", "--port", str(self.port),
-             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), "--policy", policy,
-             "--log-level", "info", "--worker-urls", *worker_urls],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                *launcher,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+                "--policy",
+                policy,
+                "--log-level",
+                "info",
+                "--worker-urls",
+                *worker_urls,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     def registered(self) -> int:
         """How many healthy workers the gateway has registered (0 while it is still starting)."""
@@ -99,8 +120,10 @@ class Gateway:
 def deployment():
     workers = [ServerProcess(), ServerProcess()]
     urls = [w.url for w in workers]
-    gateways = {"cache_aware": Gateway(urls, "cache_aware", LAUNCH_ROUTER),
-                "round_robin": Gateway(urls, "round_robin", RUST_ROUTER)}
+    gateways = {
+        "cache_aware": Gateway(urls, "cache_aware", LAUNCH_ROUTER),
+        "round_robin": Gateway(urls, "round_robin", RUST_ROUTER),
+    }
     try:
         for w in workers:
             w.wait_ready()
@@ -121,8 +144,11 @@ def deployment():
 
 
 def _generate(url: str, text: str, max_new_tokens: int = 1) -> dict:
-    r = requests.post(f"{url}/generate", timeout=120, json={
-        "text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}})
+    r = requests.post(
+        f"{url}/generate",
+        timeout=120,
+        json={"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}},
+    )
     assert r.status_code == 200, r.text
     return r.json()["meta_info"]
 
@@ -143,11 +169,19 @@ def _hit_rate(url: str, workers) -> tuple[float, float]:
 
 def _throughput(url: str, requests_n: int = 16, concurrency: int = 8) -> float:
     """Output tokens per second for `requests_n` distinct prompts, `concurrency` at a time."""
+
     def one(i: int) -> int:
-        r = requests.post(f"{url}/generate", timeout=120, json={"text": f"Request {i}: tell me a story", "sampling_params": {
-            "max_new_tokens": 16, "temperature": 0, "ignore_eos": True}})
+        r = requests.post(
+            f"{url}/generate",
+            timeout=120,
+            json={
+                "text": f"Request {i}: tell me a story",
+                "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True},
+            },
+        )
         assert r.status_code == 200, r.text
         return r.json()["meta_info"]["completion_tokens"]
+
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         tokens = sum(pool.map(one, range(requests_n)))
@@ -162,7 +196,7 @@ def _workers_holding(prefix: str, workers) -> int:
 
 def _sse_events(response: requests.Response) -> list[dict]:
     assert response.status_code == 200, response.text
-    lines = [ln[len("data: "):] for ln in response.iter_lines(decode_unicode=True) if ln.startswith("data: ")]
+    lines = [ln[len("data: ") :] for ln in response.iter_lines(decode_unicode=True) if ln.startswith("data: ")]
     assert lines[-1] == "[DONE]", lines
     return [json.loads(ln) for ln in lines[:-1]]
 
@@ -172,23 +206,33 @@ def test_native_and_openai_requests_through_the_gateway(deployment):
     url = gateways["cache_aware"].url
     native = _generate(url, "Hello", max_new_tokens=4)
     assert 1 <= native["completion_tokens"] <= 4
-    chunks = _sse_events(requests.post(f"{url}/generate", stream=True, timeout=120, json={
-        "text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}))
+    chunks = _sse_events(
+        requests.post(
+            f"{url}/generate",
+            stream=True,
+            timeout=120,
+            json={"text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 3, "temperature": 0}},
+        )
+    )
     assert chunks[-1]["meta_info"]["finish_reason"] is not None and chunks[-1]["meta_info"]["completion_tokens"] <= 3
 
     import openai
+
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
     model = client.models.list().data[0].id
     chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens <= 4
-    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=3, stream=True)
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True
+    )
     deltas = list(stream)
     assert deltas[0].choices[0].delta.role == "assistant" and deltas[-1].choices[0].finish_reason == "length"
     comp = client.completions.create(model=model, prompt="a", max_tokens=2, temperature=0)
     assert comp.choices[0].finish_reason == "length" and comp.usage.completion_tokens == 2
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=model, prompt="a", max_tokens=2, temperature=0, stream=True))
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=model, prompt="a", max_tokens=2, temperature=0, stream=True)
+    )
     assert streamed == comp.choices[0].text
 
 
@@ -200,9 +244,20 @@ def test_cache_aware_routing_keeps_a_prefix_on_one_worker(deployment):
     rr_holders = [_workers_holding(p, workers) for p in PREFIXES]
     direct, direct_rps = _hit_rate(workers[0].url, workers)
     gateway_tps, direct_tps = _throughput(gateways["cache_aware"].url), _throughput(workers[0].url)
-    print(json.dumps({"gateway_tok_s_8_concurrent": round(gateway_tps, 1), "direct_tok_s_8_concurrent": round(direct_tps, 1),"cache_aware_hit_rate": round(aware, 3), "round_robin_hit_rate": round(rr, 3),
-                      "direct_hit_rate": round(direct, 3), "cache_aware_rps": round(aware_rps, 2),
-                      "round_robin_rps": round(rr_rps, 2), "direct_rps": round(direct_rps, 2)}))
+    print(
+        json.dumps(
+            {
+                "gateway_tok_s_8_concurrent": round(gateway_tps, 1),
+                "direct_tok_s_8_concurrent": round(direct_tps, 1),
+                "cache_aware_hit_rate": round(aware, 3),
+                "round_robin_hit_rate": round(rr, 3),
+                "direct_hit_rate": round(direct, 3),
+                "cache_aware_rps": round(aware_rps, 2),
+                "round_robin_rps": round(rr_rps, 2),
+                "direct_rps": round(direct_rps, 2),
+            }
+        )
+    )
     # Cache-aware sends every request of a prefix to the worker that holds it (3 of 4 reuse it);
     # round robin over 2 workers alternates, so each prefix is cached on both (2 of 4 reuse it).
     assert aware_holders == [1] * len(PREFIXES), aware_holders

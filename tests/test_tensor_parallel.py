@@ -9,9 +9,9 @@ import re
 
 import pytest
 import torch
-
 from engine_fixtures import random_prompts
 from model_fixtures import make_tiny_checkpoint
+
 from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.engine import Engine
 from sgl_runtime.model_loader.loader import load_model
@@ -37,8 +37,9 @@ def _run(path: str, tp_size: int) -> dict:
         out = {"first": engine.generate(input_ids=first, sampling_params=GREEDY)}
         params = [dict(GREEDY)] * 6 + [{"max_new_tokens": 16, "temperature": 0, "regex": REGEX}] * 2
         out["second"] = engine.generate(input_ids=second, sampling_params=params)
-        out["logprobs"] = engine.generate(input_ids=first[:2], sampling_params=GREEDY, return_logprob=True,
-                                          logprob_start_len=0, top_logprobs_num=3)
+        out["logprobs"] = engine.generate(
+            input_ids=first[:2], sampling_params=GREEDY, return_logprob=True, logprob_start_len=0, top_logprobs_num=3
+        )
     return out
 
 
@@ -82,8 +83,10 @@ def test_each_rank_loads_exactly_its_shard(tmp_path, kv_heads, vocab):
     from safetensors slices."""
     path = make_tiny_checkpoint("qwen2", tmp_path, num_key_value_heads=kv_heads, vocab_size=vocab)
     full = dict(load_model(path, torch.float32, "cpu").named_parameters())
-    shards = [dict(load_model(path, torch.float32, "cpu", tp=TPGroup(rank=r, size=2, device="cpu")).named_parameters())
-              for r in range(2)]
+    shards = [
+        dict(load_model(path, torch.float32, "cpu", tp=TPGroup(rank=r, size=2, device="cpu")).named_parameters())
+        for r in range(2)
+    ]
     attn = "model.layers.0.self_attn"
     q, kv = 2 * 16, kv_heads * 16  # 4 heads of head_dim 16 per 64 hidden; per rank: 2 query heads
     for rank, params in enumerate(shards):
@@ -105,16 +108,19 @@ def test_each_rank_loads_exactly_its_shard(tmp_path, kv_heads, vocab):
 
 
 def test_start_up_fails_in_one_line_when_the_model_does_not_split(tmp_path, capfd):
+    from server_fixtures import free_port
+
     from sgl_runtime.launch_server import launch_server
     from sgl_runtime.server_args import ServerArgs
-    from server_fixtures import free_port
 
     path = make_tiny_checkpoint("llama3", tmp_path)  # 4 attention heads, 2 KV heads
     with pytest.raises(ValueError, match=r"^--tp-size 3 does not divide the model's 4 attention heads$"):
         Engine(path, device="cpu", tp_size=3)
     args = ServerArgs(model_path=path, device="cpu", tp_size=8, port=free_port())
     assert launch_server(args) == 1
-    assert "cannot start the server: --tp-size 8 does not divide the model's 4 attention heads" in capfd.readouterr().err
+    assert (
+        "cannot start the server: --tp-size 8 does not divide the model's 4 attention heads" in capfd.readouterr().err
+    )
 
 
 def test_tp_size_must_fit_the_visible_gpus_and_the_flags_check_themselves():
@@ -126,8 +132,13 @@ def test_tp_size_must_fit_the_visible_gpus_and_the_flags_check_themselves():
         check_tp_fits(too_many, 1, 64, 8, 1024, "cuda")
     with pytest.raises(ValueError, match="one must divide the other"):
         check_tp_fits(4, 1, 12, 6, 128, "cpu")
-    for bad in (dict(tp_size=3, nnodes=2), dict(nnodes=2, tp_size=2), dict(tp_size=2, node_rank=1),
-                dict(tp_size=0), dict(tp_size=2, dist_init_addr="nohost")):
+    for bad in (
+        dict(tp_size=3, nnodes=2),
+        dict(nnodes=2, tp_size=2),
+        dict(tp_size=2, node_rank=1),
+        dict(tp_size=0),
+        dict(tp_size=2, dist_init_addr="nohost"),
+    ):
         with pytest.raises(ValueError):
             ServerArgs(**bad)
     assert list(ranks_of_node(8, 2, 1)) == [4, 5, 6, 7]

@@ -9,10 +9,10 @@ import re
 import pytest
 import requests
 import torch
-
 from engine_fixtures import random_prompts
 from model_fixtures import make_tiny_checkpoint
 from server_fixtures import start_server
+
 from sgl_runtime.engine import Engine
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]
@@ -31,7 +31,9 @@ def _run(path: str, tp_size: int, **extra) -> list[list[int]]:
     greedy = {"max_new_tokens": 12, "temperature": 0}
     with Engine(path, device="cuda", dtype="float32", tp_size=tp_size, max_total_tokens=8192, **extra) as engine:
         out = engine.generate(input_ids=first, sampling_params=greedy)
-        out += engine.generate(input_ids=second, sampling_params=[greedy] * 6 + [{**greedy, "regex": REGEX, "max_new_tokens": 16}] * 2)
+        out += engine.generate(
+            input_ids=second, sampling_params=[greedy] * 6 + [{**greedy, "regex": REGEX, "max_new_tokens": 16}] * 2
+        )
         logprobs = engine.generate(input_ids=first[:2], sampling_params=greedy, return_logprob=True, top_logprobs_num=3)
     assert all(re.fullmatch(REGEX, r["text"]) for r in out[-2:])
     return [r["output_ids"] for r in out + logprobs]
@@ -49,8 +51,12 @@ def test_tp2_server_matches_the_engine(model_path):
         want = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
     server = start_server("--model-path", model_path, "--device", "cuda", "--dtype", "float32", "--tp-size", "2")
     try:
-        got = [requests.post(f"{server.url}/generate", json={"input_ids": p, "sampling_params": params},
-                             timeout=60).json()["output_ids"] for p in prompts]
+        got = [
+            requests.post(
+                f"{server.url}/generate", json={"input_ids": p, "sampling_params": params}, timeout=60
+            ).json()["output_ids"]
+            for p in prompts
+        ]
     finally:
         server.stop()
     assert got == want

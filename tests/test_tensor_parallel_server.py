@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from engine_fixtures import random_prompts
 from model_fixtures import make_tiny_checkpoint
 from server_fixtures import ServerProcess, descendant_pids, free_port, pid_alive
+
 from sgl_runtime.engine import Engine
 
 FAULT_DEADLINE_S = 30.0
@@ -29,12 +29,36 @@ FAULT_DEADLINE_S = 30.0
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     path = make_tiny_checkpoint("llama3", tmp_path_factory.mktemp("tp-nodes"))
-    common = ("--model-path", path, "--tp-size", "2", "--nnodes", "2", "--dist-init-addr", f"127.0.0.1:{free_port()}",
-              "--max-total-tokens", "4096")
+    common = (
+        "--model-path",
+        path,
+        "--tp-size",
+        "2",
+        "--nnodes",
+        "2",
+        "--dist-init-addr",
+        f"127.0.0.1:{free_port()}",
+        "--max-total-tokens",
+        "4096",
+    )
     node1_log = Path(tempfile.mkstemp(prefix="sgl_node1_", suffix=".log")[1])
     with open(node1_log, "wb") as log:
-        node1 = subprocess.Popen([sys.executable, "-m", "sgl_runtime.launch_server", *common, "--node-rank", "1",
-                                  "--device", "cpu", "--log-level", "info"], stdout=log, stderr=subprocess.STDOUT)
+        node1 = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sgl_runtime.launch_server",
+                *common,
+                "--node-rank",
+                "1",
+                "--device",
+                "cpu",
+                "--log-level",
+                "info",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     node0 = ServerProcess(*common, "--node-rank", "0")
     try:
         node0.wait_ready()

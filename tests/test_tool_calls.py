@@ -16,31 +16,87 @@ from tests.server_fixtures import start_server
 from tests.tool_fixtures import TOOL_CALL_ID, make_chat_checkpoint
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a place.", "parameters": {
-        "type": "object", "properties": {
-            "location": {"type": "object", "properties": {
-                "city": {"type": "string", "maxLength": 12}, "country": {"enum": ["FR", "DE", "JP"]}},
-                "required": ["city"], "additionalProperties": False},
-            "unit": {"enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-        "required": ["location", "unit"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "search", "parameters": {
-        "type": "object", "properties": {
-            "query": {"type": "string", "maxLength": 16},
-            "filters": {"type": "array", "maxItems": 2, "items": {
-                "type": "object", "properties": {"field": {"enum": ["year", "author"]},
-                                                 "value": {"type": "string", "maxLength": 6}},
-                "required": ["field", "value"], "additionalProperties": False}}},
-        "required": ["query"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "book_table", "parameters": {
-        "type": "object", "properties": {
-            "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
-            "guests": {"type": "array", "minItems": 1, "maxItems": 2, "items": {
-                "type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
-                                                 "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-                "required": ["name"], "additionalProperties": False}},
-            "vip": {"type": "boolean"}},
-        "required": ["date", "guests"], "additionalProperties": False}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a place.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {
+                        "type": "object",
+                        "properties": {
+                            "city": {"type": "string", "maxLength": 12},
+                            "country": {"enum": ["FR", "DE", "JP"]},
+                        },
+                        "required": ["city"],
+                        "additionalProperties": False,
+                    },
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                },
+                "required": ["location", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "maxLength": 16},
+                    "filters": {
+                        "type": "array",
+                        "maxItems": 2,
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "field": {"enum": ["year", "author"]},
+                                "value": {"type": "string", "maxLength": 6},
+                            },
+                            "required": ["field", "value"],
+                            "additionalProperties": False,
+                        },
+                    },
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "book_table",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+                    "guests": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 2,
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string", "maxLength": 6},
+                                "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                            },
+                            "required": ["name"],
+                            "additionalProperties": False,
+                        },
+                    },
+                    "vip": {"type": "boolean"},
+                },
+                "required": ["date", "guests"],
+                "additionalProperties": False,
+            },
+        },
+    },
 ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 CHOICES = {"required": "required", "named": {"type": "function", "function": {"name": "book_table"}}, "auto": "auto"}
@@ -64,8 +120,16 @@ def client(request, checkpoint):
 
 def ask(client, choice, stream: bool, seed: int, **extra) -> tuple[str, list[tuple[str, str]], str]:
     """(content, [(name, arguments)], finish_reason) of one request."""
-    args = dict(model="default", messages=MESSAGES, tools=TOOLS, tool_choice=CHOICES[choice], max_tokens=120,
-                seed=seed, stream=stream, **extra)
+    args = dict(
+        model="default",
+        messages=MESSAGES,
+        tools=TOOLS,
+        tool_choice=CHOICES[choice],
+        max_tokens=120,
+        seed=seed,
+        stream=stream,
+        **extra,
+    )
     if not stream:
         choice0 = client.chat.completions.create(**args).choices[0]
         calls = [(c.function.name, c.function.arguments) for c in choice0.message.tool_calls or []]
@@ -128,24 +192,50 @@ def test_tool_history_round_trip(client):
     """An assistant tool call and the tool's answer go back into the prompt; tool_choice none
     returns plain text and no calls."""
     history = MESSAGES + [
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": json.dumps({"location": {"city": "Paris"}, "unit": "celsius"})}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": json.dumps({"location": {"city": "Paris"}, "unit": "celsius"}),
+                    },
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees, sunny"},
     ]
-    out = client.chat.completions.create(model="default", messages=history, tools=TOOLS, tool_choice="none",
-                                         max_tokens=8)
+    out = client.chat.completions.create(
+        model="default", messages=history, tools=TOOLS, tool_choice="none", max_tokens=8
+    )
     assert out.choices[0].message.tool_calls is None and out.choices[0].message.content is not None
 
 
 def test_bad_tool_input_is_400(client):
     with pytest.raises(openai.BadRequestError, match="nope"):
-        client.chat.completions.create(model="default", messages=MESSAGES, tools=TOOLS, max_tokens=4,
-                                       tool_choice={"type": "function", "function": {"name": "nope"}})
-    bad = [{"type": "function", "function": {"name": "weird", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "pattern": "(a)\\1"}}}}}]
+        client.chat.completions.create(
+            model="default",
+            messages=MESSAGES,
+            tools=TOOLS,
+            max_tokens=4,
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
+    bad = [
+        {
+            "type": "function",
+            "function": {
+                "name": "weird",
+                "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a)\\1"}}},
+            },
+        }
+    ]
     with pytest.raises(openai.BadRequestError, match=r"tool 'weird': its parameters cannot be compiled.*pattern"):
-        client.chat.completions.create(model="default", messages=MESSAGES, tools=bad, tool_choice="required",
-                                       max_tokens=4)
+        client.chat.completions.create(
+            model="default", messages=MESSAGES, tools=bad, tool_choice="required", max_tokens=4
+        )
 
 
 def test_example_tool_call_round_trip(client):
@@ -153,7 +243,9 @@ def test_example_tool_call_round_trip(client):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("tool_call_example", Path(__file__).parents[1] / "examples/tool_call.py")
+    spec = importlib.util.spec_from_file_location(
+        "tool_call_example", Path(__file__).parents[1] / "examples/tool_call.py"
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     call, answer = example.converse(client, "default", max_tokens=48)

@@ -29,7 +29,7 @@ def test_every_prefix_scans_consistently(name):
     sent_content, sent_args = "", {}
     for n in range(len(text) + 1):  # what a stream sends only grows, and ends as the whole parse
         part = scan(text[:n], fmt, final=False)
-        assert part.content.startswith(sent_content[:len(part.content)]) and len(part.content) >= len(sent_content)
+        assert part.content.startswith(sent_content[: len(part.content)]) and len(part.content) >= len(sent_content)
         sent_content = part.content
         for i, call in enumerate(part.calls):
             assert call.arguments.startswith(sent_args.get(i, ""))
@@ -85,8 +85,11 @@ def test_structural_tag_languages(tokenizer):
 
 
 def test_sglang_structural_tag_spec(tokenizer):
-    spec = {"type": "structural_tag", "triggers": ["<fn="],
-            "structures": [{"begin": "<fn=w>", "schema": SCHEMA, "end": "</fn>"}]}
+    spec = {
+        "type": "structural_tag",
+        "triggers": ["<fn="],
+        "structures": [{"begin": "<fn=w>", "schema": SCHEMA, "end": "</fn>"}],
+    }
     c = compile_constraint("structural_tag", json.dumps(spec), tokenizer)
     assert c.accepts('a <fn=w>{"city":"x"}</fn> b') and not c.accepts('a <fn=w>{"c":1}</fn>')
 

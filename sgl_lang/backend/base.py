@@ -52,14 +52,16 @@ class BaseBackend:
         text, meta = self.generate(s, sampling_params)
         yield text, meta
 
-    def generate_speculative(self, s: "StreamExecutor", sampling_params: SglSamplingParams,
-                             num_tokens: int) -> Optional[tuple[str, Optional[list], bool]]:
+    def generate_speculative(
+        self, s: "StreamExecutor", sampling_params: SglSamplingParams, num_tokens: int
+    ) -> Optional[tuple[str, Optional[list], bool]]:
         """Over-generate up to `num_tokens` after `s.text_`, ignoring the gen's stop: (text, token
         start offsets or None, whether the model stopped by itself). None: not supported here."""
         return None
 
-    def select(self, s: "StreamExecutor", choices: list, temperature: float,
-               choices_method: ChoicesSamplingMethod) -> ChoicesDecision:
+    def select(
+        self, s: "StreamExecutor", choices: list, temperature: float, choices_method: ChoicesSamplingMethod
+    ) -> ChoicesDecision:
         raise NotImplementedError
 
     def flush_cache(self) -> None:

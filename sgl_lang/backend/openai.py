@@ -21,12 +21,25 @@ from sgl_lang.choices import ChoicesDecision, ChoicesSamplingMethod
 from sgl_lang.sampling_params import SglSamplingParams
 
 # SglSamplingParams field -> OpenAI request field (standard) or SGLang extension (extra_body).
-_STANDARD = {"max_new_tokens": "max_tokens", "stop": "stop", "temperature": "temperature", "top_p": "top_p",
-             "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty", "n": "n",
-             "seed": "seed"}
-_EXTENSIONS = {"top_k": "top_k", "min_p": "min_p", "min_new_tokens": "min_tokens", "ignore_eos": "ignore_eos",
-               "stop_token_ids": "stop_token_ids", "grammar": "ebnf",
-               "grammar_syntax": "grammar_syntax"}
+_STANDARD = {
+    "max_new_tokens": "max_tokens",
+    "stop": "stop",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "n": "n",
+    "seed": "seed",
+}
+_EXTENSIONS = {
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "min_new_tokens": "min_tokens",
+    "ignore_eos": "ignore_eos",
+    "stop_token_ids": "stop_token_ids",
+    "grammar": "ebnf",
+    "grammar_syntax": "grammar_syntax",
+}
 
 
 @dataclass
@@ -53,14 +66,23 @@ class TokenUsage:
 class OpenAI(BaseBackend):
     """`OpenAI("gpt-4o-mini")`, or `OpenAI("my-model", base_url="http://host:port/v1", is_chat_model=False)`."""
 
-    def __init__(self, model_name: str, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 is_chat_model: Optional[bool] = None, chat_template: Any = None, max_retries: int = 3,
-                 timeout: float = 120.0, **client_kwargs: Any):
+    def __init__(
+        self,
+        model_name: str,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        is_chat_model: Optional[bool] = None,
+        chat_template: Any = None,
+        max_retries: int = 3,
+        timeout: float = 120.0,
+        **client_kwargs: Any,
+    ):
         openai = _import_openai()
         self._openai = openai
         api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout,
-                                    **client_kwargs)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=timeout, **client_kwargs
+        )
         self.model_name = model_name
         self.is_chat_model = _looks_like_chat_model(model_name) if is_chat_model is None else is_chat_model
         if isinstance(chat_template, ChatTemplate):
@@ -110,7 +132,7 @@ class OpenAI(BaseBackend):
             return None
         if offsets is not None:
             offsets = [o - len(partial) for o in offsets if o >= len(partial)]
-        return text[len(partial):], offsets, choice.finish_reason == "stop"
+        return text[len(partial) :], offsets, choice.finish_reason == "stop"
 
     def select(self, s, choices: list, temperature: float, choices_method: ChoicesSamplingMethod) -> ChoicesDecision:
         if self.is_chat_model:
@@ -161,8 +183,9 @@ class OpenAI(BaseBackend):
         try:
             return action()
         except openai.APIStatusError as e:
-            raise BackendError(f"HTTP {e.status_code} from {self.client.base_url}: {_error_message(e)}",
-                               e.status_code) from e
+            raise BackendError(
+                f"HTTP {e.status_code} from {self.client.base_url}: {_error_message(e)}", e.status_code
+            ) from e
         except openai.APIError as e:  # connection errors, timeouts
             raise BackendError(f"{type(e).__name__} calling {self.client.base_url}: {e}") from e
 
@@ -177,21 +200,25 @@ def _response_format_as_extension(kwargs: dict) -> dict:
 def _messages(s, continue_partial: bool, whole_turn: bool) -> list:
     """The completed turns; the gen must open the assistant turn (see module docstring)."""
     if s.cur_role != "assistant":
-        raise ValueError("a chat model generates only inside an assistant turn: wrap the gen in "
-                         "sgl.assistant(...), or use is_chat_model=False for a completion model")
+        raise ValueError(
+            "a chat model generates only inside an assistant turn: wrap the gen in "
+            "sgl.assistant(...), or use is_chat_model=False for a completion model"
+        )
     messages = [dict(m) for m in s.messages_]
     partial = _partial_turn(s)
     if partial and not whole_turn:
         if not continue_partial:
-            raise ValueError("a chat model cannot continue an assistant turn that already has text "
-                             f"({partial[:40]!r}); put the gen first in the turn, or use "
-                             "@function(num_api_spec_tokens=N) to generate the whole turn at once")
+            raise ValueError(
+                "a chat model cannot continue an assistant turn that already has text "
+                f"({partial[:40]!r}); put the gen first in the turn, or use "
+                "@function(num_api_spec_tokens=N) to generate the whole turn at once"
+            )
         messages.append({"role": "assistant", "content": partial})
     return messages
 
 
 def _partial_turn(s) -> str:
-    return s.text_[s.cur_role_begin_pos:] if s.cur_role == "assistant" else ""
+    return s.text_[s.cur_role_begin_pos :] if s.cur_role == "assistant" else ""
 
 
 def _choice_text(choice: Any) -> str:

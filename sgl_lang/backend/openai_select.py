@@ -49,8 +49,9 @@ def _score(backend: Any, prompts: list) -> list:
     try:
         response = backend.call(backend.client.completions, request)
     except BackendError as e:
-        raise BackendError(f"select on a completion model needs echo + logprobs from the server: {e}",
-                           e.status_code) from e
+        raise BackendError(
+            f"select on a completion model needs echo + logprobs from the server: {e}", e.status_code
+        ) from e
     return sorted(response.choices, key=lambda choice: choice.index)
 
 

@@ -30,8 +30,14 @@ class Runtime:
     e.g. `max_total_tokens=4096`); `model_path=None` serves the built-in demo model.
     """
 
-    def __init__(self, model_path: Optional[str] = None, launch_timeout: float = 300.0,
-                 host: str = "127.0.0.1", port: Optional[int] = None, **server_args: Any):
+    def __init__(
+        self,
+        model_path: Optional[str] = None,
+        launch_timeout: float = 300.0,
+        host: str = "127.0.0.1",
+        port: Optional[int] = None,
+        **server_args: Any,
+    ):
         self.port = port or _free_port(host)
         self.url = f"http://{host}:{self.port}"
         self.api_key = server_args.get("api_key")

@@ -16,15 +16,24 @@ from sgl_lang.sampling_params import SglSamplingParams
 class RuntimeEndpoint(BaseBackend):
     """A server at `base_url` speaking POST /generate, GET /get_model_info, /get_server_info, ..."""
 
-    def __init__(self, base_url: str, api_key: Optional[str] = None, verify: Optional[str] = None,
-                 chat_template_name: Optional[str] = None, *, timeout: float = 600.0,
-                 chat_template: Optional[ChatTemplate] = None):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Optional[str] = None,
+        verify: Optional[str] = None,
+        chat_template_name: Optional[str] = None,
+        *,
+        timeout: float = 600.0,
+        chat_template: Optional[ChatTemplate] = None,
+    ):
         """`verify`: requests' TLS verification (a CA bundle path, or False). The chat template is
         the server's own (from /get_model_info); SGLang's named templates (`chat_template_name`)
         are not shipped, so naming one raises ValueError."""
         if chat_template_name is not None:
-            raise ValueError(f"chat_template_name={chat_template_name!r} is not supported by sgl_lang: the chat "
-                             "template comes from the server (start it with --chat-template to change it)")
+            raise ValueError(
+                f"chat_template_name={chat_template_name!r} is not supported by sgl_lang: the chat "
+                "template comes from the server (start it with --chat-template to change it)"
+            )
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.verify = True if verify is None else verify
@@ -80,13 +89,15 @@ class RuntimeEndpoint(BaseBackend):
         if prefix:  # commit the prefix once; its token count places the logprob window
             committed = self._generate({"text": prefix, "sampling_params": {"max_new_tokens": 0}})
             prompt_len = committed["meta_info"]["prompt_tokens"]
-        results = self._generate({
-            "text": [prefix + choice for choice in choices],
-            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
-            "return_logprob": True,
-            "return_text_in_logprobs": True,
-            "logprob_start_len": max(prompt_len - 1, 0),
-        })
+        results = self._generate(
+            {
+                "text": [prefix + choice for choice in choices],
+                "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+                "return_logprob": True,
+                "return_text_in_logprobs": True,
+                "logprob_start_len": max(prompt_len - 1, 0),
+            }
+        )
         inputs = [choice_token_logprobs(prefix, r["meta_info"]["input_token_logprobs"], prompt_len) for r in results]
         unconditional = self._unconditional(inputs) if choices_method.requires_unconditional_logprobs else None
         return choices_method(
@@ -98,12 +109,14 @@ class RuntimeEndpoint(BaseBackend):
         )
 
     def _unconditional(self, inputs: list) -> list:
-        results = self._generate({
-            "input_ids": [[entry[1] for entry in entries] for entries in inputs],
-            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
-            "return_logprob": True,
-            "logprob_start_len": 0,
-        })
+        results = self._generate(
+            {
+                "input_ids": [[entry[1] for entry in entries] for entries in inputs],
+                "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+                "return_logprob": True,
+                "logprob_start_len": 0,
+            }
+        )
         return [r["meta_info"]["input_token_logprobs"] for r in results]
 
     @staticmethod
@@ -120,8 +133,14 @@ class RuntimeEndpoint(BaseBackend):
 
     def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
         try:
-            res = requests.request(method, self.base_url + path, json=body, headers=self._headers(), timeout=self.timeout,
-                                   verify=self.verify)
+            res = requests.request(
+                method,
+                self.base_url + path,
+                json=body,
+                headers=self._headers(),
+                timeout=self.timeout,
+                verify=self.verify,
+            )
         except requests.RequestException as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
         _raise_for_status(res)
@@ -132,8 +151,14 @@ class RuntimeEndpoint(BaseBackend):
 
     def _stream(self, path: str, body: dict) -> Iterator[dict]:
         try:
-            res = requests.post(self.base_url + path, json=body, headers=self._headers(), stream=True,
-                                timeout=self.timeout, verify=self.verify)
+            res = requests.post(
+                self.base_url + path,
+                json=body,
+                headers=self._headers(),
+                stream=True,
+                timeout=self.timeout,
+                verify=self.verify,
+            )
         except requests.RequestException as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from e
         with res:

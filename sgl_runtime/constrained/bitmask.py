@@ -48,8 +48,9 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([bits, pad], dim=1)
 
 
-def stack_bitmasks(masks: Sequence[Optional[np.ndarray]], num_words: int,
-                   device: "torch.device | str" = "cpu") -> torch.Tensor:
+def stack_bitmasks(
+    masks: Sequence[Optional[np.ndarray]], num_words: int, device: "torch.device | str" = "cpu"
+) -> torch.Tensor:
     """Per-request masks (None = unconstrained: all allowed) -> int32 [B, num_words] on `device`."""
     out = np.full((len(masks), num_words), -1, dtype=np.int32)
     for row, mask in enumerate(masks):
@@ -63,8 +64,9 @@ def stack_bitmasks(masks: Sequence[Optional[np.ndarray]], num_words: int,
 
 def _check(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     if logits.dim() != 2 or bitmask.dim() != 2 or logits.shape[0] != bitmask.shape[0]:
-        raise ValueError(f"expected logits [B, V] and bitmask [B, W], got {tuple(logits.shape)} "
-                         f"and {tuple(bitmask.shape)}")
+        raise ValueError(
+            f"expected logits [B, V] and bitmask [B, W], got {tuple(logits.shape)} and {tuple(bitmask.shape)}"
+        )
     if bitmask.dtype != torch.int32:
         raise ValueError(f"bitmask must be int32, got {bitmask.dtype}")
 

@@ -60,8 +60,7 @@ def shortest_successors(dfa: ByteDFA, dist: np.ndarray) -> tuple[np.ndarray, np.
 class DFABudget:
     """Budget-restricted masks of one DFA constraint, cached per (state, remaining tokens)."""
 
-    def __init__(self, dfa: ByteDFA, vocabulary: Vocabulary, index: TokenIndex,
-                 cache_size: int = 4096) -> None:
+    def __init__(self, dfa: ByteDFA, vocabulary: Vocabulary, index: TokenIndex, cache_size: int = 4096) -> None:
         self.dfa = dfa
         self.vocabulary = vocabulary
         self.index = index
@@ -111,7 +110,7 @@ class DFABudget:
         for i in range(len(path) - 2, -1, -1):
             best = UNREACHABLE
             for k in range(1, min(longest, len(path) - 1 - i) + 1):
-                if self.vocabulary.ids_for_bytes(bytes(data[i:i + k])):
+                if self.vocabulary.ids_for_bytes(bytes(data[i : i + k])):
                     best = min(best, 1 + int(known[path[i + k]]))
             known[path[i]] = best
         return int(known[state])

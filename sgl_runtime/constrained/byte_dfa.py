@@ -152,8 +152,10 @@ class ByteDFA:
             return self
         first = np.unique(block, return_index=True)[1]  # a representative per block
         targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
-        if not (np.array_equal(targets, targets[first[block]])
-                and np.array_equal(self.accepting, self.accepting[first[block]])):
+        if not (
+            np.array_equal(targets, targets[first[block]])
+            and np.array_equal(self.accepting, self.accepting[first[block]])
+        ):
             return self  # a hash collision merged distinguishable states: keep the exact DFA
         if len(first) == n:
             return self

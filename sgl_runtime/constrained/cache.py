@@ -25,9 +25,16 @@ from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
 class ConstraintCache:
     """LRU of compiled constraints keyed by (kind, spec, options) for one tokenizer."""
 
-    def __init__(self, tokenizer: Any, vocab_size: Optional[int] = None,
-                 eos_token_ids: Optional[Iterable[int]] = None, max_size: int = 256,
-                 compile_timeout: float = 30.0, num_workers: int = 2, compile_workers: int = 0) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: Optional[int] = None,
+        eos_token_ids: Optional[Iterable[int]] = None,
+        max_size: int = 256,
+        compile_timeout: float = 30.0,
+        num_workers: int = 2,
+        compile_workers: int = 0,
+    ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
         self.tokenizer = tokenizer
@@ -93,8 +100,9 @@ class ConstraintCache:
                 dfa, description = self._processes.build(kind, spec, options)
                 constraint = DFAConstraint(dfa, self._vocabulary(), description)
             else:
-                constraint = compile_constraint(kind, spec, self.tokenizer, vocab_size=self.vocab_size,
-                                                eos_token_ids=self.eos_token_ids, **options)
+                constraint = compile_constraint(
+                    kind, spec, self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=self.eos_token_ids, **options
+                )
             constraint.matcher().bitmask()  # warm the first mask in the worker, not the scheduler
         except ConstraintError as exc:
             self._fail(result, exc)
@@ -116,8 +124,9 @@ class ConstraintCache:
                 self._forget(result)
 
     def _expire(self, key: tuple, result: Future, kind: str) -> None:
-        if _settle(result, ConstraintTimeout(f"compiling the {kind} constraint took longer than "
-                                           f"{self.compile_timeout:g} s")):
+        if _settle(
+            result, ConstraintTimeout(f"compiling the {kind} constraint took longer than {self.compile_timeout:g} s")
+        ):
             self.stats["timeouts"] += 1
             self._forget(result)
 

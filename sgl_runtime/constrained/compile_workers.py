@@ -95,8 +95,7 @@ class _Worker:
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn,), name="constraint-compiler",
-                                       daemon=True)
+        self.process = context.Process(target=_worker_main, args=(child_conn,), name="constraint-compiler", daemon=True)
         self.process.start()
         child_conn.close()
         self._ready = False
@@ -122,15 +121,20 @@ class _Worker:
 
     def _receive(self, timeout: float, what: str) -> tuple:
         if not self.conn.poll(timeout):
-            logger.warning("compiling a %s constraint took longer than %g s; killing compile worker pid %d",
-                           what, timeout, self.process.pid)
+            logger.warning(
+                "compiling a %s constraint took longer than %g s; killing compile worker pid %d",
+                what,
+                timeout,
+                self.process.pid,
+            )
             raise _WorkerLost(f"compiling the {what} constraint took longer than {timeout:g} s")
         try:
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join(1.0)
-            raise _WorkerLost(f"compiling the {what} constraint crashed the compile worker "
-                              f"(exit code {self.process.exitcode})") from None
+            raise _WorkerLost(
+                f"compiling the {what} constraint crashed the compile worker (exit code {self.process.exitcode})"
+            ) from None
 
     def kill(self) -> None:
         if self.process.is_alive():

@@ -19,15 +19,38 @@ from sgl_runtime.json_schema_options import JsonSchemaSpec
 
 # Kinds whose automaton does not depend on the tokenizer: compile_workers.py builds them.
 DFA_KINDS = ("regex", "json_schema", "choices")
-KINDS = ("regex", "json_schema", "grammar", "choices", "structural_tag", "gbnf", "lark")  # gbnf/lark: grammar, syntax forced
-_SCHEMA_OPTIONS = {"whitespace", "lenient", "max_recursion_depth", "max_nesting_depth", "max_work_states",
-                   "integral_floats", "indent", "key_order"}
+KINDS = (
+    "regex",
+    "json_schema",
+    "grammar",
+    "choices",
+    "structural_tag",
+    "gbnf",
+    "lark",
+)  # gbnf/lark: grammar, syntax forced
+_SCHEMA_OPTIONS = {
+    "whitespace",
+    "lenient",
+    "max_recursion_depth",
+    "max_nesting_depth",
+    "max_work_states",
+    "integral_floats",
+    "indent",
+    "key_order",
+}
 _tokenizers_by_path: dict[str, Any] = {}
 _path_lock = threading.Lock()
 
 
-def compile_constraint(kind: str, spec: Any, tokenizer: Any, *, vocab_size: Optional[int] = None,
-                       eos_token_ids: Optional[Iterable[int]] = None, **options: Any) -> Constraint:
+def compile_constraint(
+    kind: str,
+    spec: Any,
+    tokenizer: Any,
+    *,
+    vocab_size: Optional[int] = None,
+    eos_token_ids: Optional[Iterable[int]] = None,
+    **options: Any,
+) -> Constraint:
     """Compile `spec` into a Constraint over `tokenizer`'s vocabulary (`vocab_size` wide)."""
     if kind not in KINDS:
         raise ConstraintError(f"unknown constraint kind {kind!r}; expected one of {', '.join(KINDS)}")

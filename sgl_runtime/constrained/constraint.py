@@ -9,8 +9,8 @@ import numpy as np
 
 from sgl_runtime.constrained.budget import DFABudget
 from sgl_runtime.constrained.byte_dfa import ByteDFA
-from sgl_runtime.constrained.jump_forward import JumpForward
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.jump_forward import JumpForward
 from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.token_index import TokenIndex
 from sgl_runtime.constrained.vocabulary import Vocabulary
@@ -119,8 +119,9 @@ class DFAMatcher(Matcher):
         for i in ids:
             state = c.dfa.walk(state, c.vocabulary.token_bytes[i])
         remaining = self.budget - self.consumed
-        return c.budget.tokens_to_accept(self.state) > remaining or \
-            c.budget.tokens_to_accept(state) <= remaining - len(ids)
+        return c.budget.tokens_to_accept(self.state) > remaining or c.budget.tokens_to_accept(state) <= remaining - len(
+            ids
+        )
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""

@@ -92,8 +92,11 @@ def tokenize_forced(vocab: Vocabulary, forced: bytes) -> Optional[list[int]]:
         ids = vocab.encode(forced.decode("utf-8"))
     except Exception:  # noqa: BLE001 - a tokenizer that cannot encode: fall back below
         ids = []
-    if ids and all(0 <= i < vocab.size and vocab.token_bytes[i] for i in ids) \
-            and b"".join(vocab.token_bytes[i] for i in ids) == forced:
+    if (
+        ids
+        and all(0 <= i < vocab.size and vocab.token_bytes[i] for i in ids)
+        and b"".join(vocab.token_bytes[i] for i in ids) == forced
+    ):
         return ids
     return _greedy_split(forced, vocab)
 
@@ -116,7 +119,7 @@ def _greedy_split(data: bytes, vocab: Vocabulary) -> Optional[list[int]]:
     ids, pos = [], 0
     while pos < len(data):
         for size in range(min(longest, len(data) - pos), 0, -1):
-            found = vocab.ids_for_bytes(data[pos:pos + size])
+            found = vocab.ids_for_bytes(data[pos : pos + size])
             if found:
                 ids.append(found[0])
                 pos += size

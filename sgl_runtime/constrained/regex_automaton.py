@@ -49,8 +49,9 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     except re.error as exc:
         raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
     except ValueError as exc:  # ASCII with an inline (?u)
-        raise ConstraintError(f"unsupported regex feature in {pattern!r}: {exc} (shorthand classes are "
-                              "ASCII in constraints)") from None
+        raise ConstraintError(
+            f"unsupported regex feature in {pattern!r}: {exc} (shorthand classes are ASCII in constraints)"
+        ) from None
     except RecursionError:
         raise ConstraintError(f"regex {pattern!r} nests too deeply") from None
     flags = parsed.state.flags & ~re.ASCII.value
@@ -66,16 +67,20 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
 
 
 # `(?s:.*)`: the search wrappers cross newlines whatever the pattern's flags
-_ANY_RUN = (sre_parse.SUBPATTERN, (None, re.DOTALL.value, 0,
-                                   [(sre_parse.MAX_REPEAT, (0, sre_parse.MAXREPEAT, [(sre_parse.ANY, None)]))]))
+_ANY_RUN = (
+    sre_parse.SUBPATTERN,
+    (None, re.DOTALL.value, 0, [(sre_parse.MAX_REPEAT, (0, sre_parse.MAXREPEAT, [(sre_parse.ANY, None)]))]),
+)
 
 
 def _compile(nodes: list, flags: int, allow_guards: bool) -> Dfa:
     nfa = RegexNfa(_assertion_free)
     start, end = nfa.build(nodes, flags)
     if nfa.has_guards and not allow_guards:
-        raise ConstraintError("unsupported regex feature: an assertion (anchor, \\b or lookaround) inside "
-                              "a lookaround, atomic group or possessive repeat")
+        raise ConstraintError(
+            "unsupported regex feature: an assertion (anchor, \\b or lookaround) inside "
+            "a lookaround, atomic group or possessive repeat"
+        )
     return _determinize(nfa, start, end)
 
 
@@ -89,8 +94,9 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
     suffixes = list(dict.fromkeys(g.suffix for g in guards if g.suffix is not None))
     prefix_id = {d: i for i, d in enumerate(prefixes)}
     suffix_id = {d: i for i, d in enumerate(suffixes)}
-    part = _Partition([cs for out in nfa.edges for cs, _ in out]
-                      + automata._charsets_of(prefixes) + automata._charsets_of(suffixes))
+    part = _Partition(
+        [cs for out in nfa.edges for cs, _ in out] + automata._charsets_of(prefixes) + automata._charsets_of(suffixes)
+    )
     moves = [_moves_by_class(out, part) for out in nfa.edges]
     prefix_tables = [part.table(d) for d in prefixes]
     suffix_tables = [part.table(d) for d in suffixes]

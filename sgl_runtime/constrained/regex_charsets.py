@@ -22,9 +22,12 @@ NEWLINE = charset("\n")
 MAX_CLASS_CHARS = 300_000  # a class (or its complement) listing more code points is refused
 _SURROGATES = (0xD800, 0xDFFF)
 _CATEGORIES = {
-    sre.CATEGORY_DIGIT: DIGITS, sre.CATEGORY_NOT_DIGIT: ~DIGITS,
-    sre.CATEGORY_SPACE: SPACES, sre.CATEGORY_NOT_SPACE: ~SPACES,
-    sre.CATEGORY_WORD: WORD, sre.CATEGORY_NOT_WORD: ~WORD,
+    sre.CATEGORY_DIGIT: DIGITS,
+    sre.CATEGORY_NOT_DIGIT: ~DIGITS,
+    sre.CATEGORY_SPACE: SPACES,
+    sre.CATEGORY_NOT_SPACE: ~SPACES,
+    sre.CATEGORY_WORD: WORD,
+    sre.CATEGORY_NOT_WORD: ~WORD,
 }
 SINGLE_CHAR_OPS = (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN)
 
@@ -89,8 +92,15 @@ def _folded(cs: Charset, fold: bool) -> Charset:
     if not fold:
         return cs
     if cs.negated:  # a large class stored as its complement: an excluded letter stays excluded
-        return Charset(frozenset(c for c in cs.chars if not (c.isascii() and c.isalpha())  # only if
-                                 or c.swapcase() in cs.chars), True)  # its other case is excluded too
+        return Charset(
+            frozenset(
+                c
+                for c in cs.chars
+                if not (c.isascii() and c.isalpha())  # only if
+                or c.swapcase() in cs.chars
+            ),
+            True,
+        )  # its other case is excluded too
     extra = frozenset(c.swapcase() for c in cs.chars if c.isascii() and c.isalpha())
     return Charset(cs.chars | extra)
 

@@ -68,9 +68,11 @@ ANCHORS = {  # AT code -> alternative guards (flags: multiline or not)
     (sre.AT_END, True): [Guard(None, _LINE_END)],
     (sre.AT_BOUNDARY, False): [Guard(_WORD_BEFORE, _NO_WORD_AFTER), Guard(_NO_WORD_BEFORE, _WORD_AFTER)],
     # \B between two non-word sides, except in the empty string (where re never matches it)
-    (sre.AT_NON_BOUNDARY, False): [Guard(_WORD_BEFORE, _WORD_AFTER),
-                                   Guard(intersect(_NO_WORD_BEFORE, _NONEMPTY), _NO_WORD_AFTER),
-                                   Guard(EPSILON, intersect(_NO_WORD_AFTER, _NONEMPTY))],
+    (sre.AT_NON_BOUNDARY, False): [
+        Guard(_WORD_BEFORE, _WORD_AFTER),
+        Guard(intersect(_NO_WORD_BEFORE, _NONEMPTY), _NO_WORD_AFTER),
+        Guard(EPSILON, intersect(_NO_WORD_AFTER, _NONEMPTY)),
+    ],
 }
 
 
@@ -132,8 +134,9 @@ class RegexNfa:
             return self._lookaround(op is sre.ASSERT, av[0], list(av[1]), flags)
         if op in (sre.GROUPREF, sre.GROUPREF_EXISTS):
             what = "backreference" if op is sre.GROUPREF else "conditional group (?(id)yes|no)"
-            raise ConstraintError(f"unsupported regex feature: {what} (matches a language that is not "
-                                  "regular, or depends on captures)")
+            raise ConstraintError(
+                f"unsupported regex feature: {what} (matches a language that is not regular, or depends on captures)"
+            )
         raise ConstraintError(f"unsupported regex feature: {op}")
 
     def _char(self, cs: Charset) -> tuple[int, int]:
@@ -182,14 +185,17 @@ class RegexNfa:
                 self.eps[start].append(s)
                 self.eps[e].append(end)
             return start, end
-        return self._atomic([(sre.MAX_REPEAT, (lo, sre.MAXREPEAT if hi is None else hi, body))], flags,
-                            "possessive quantifier")
+        return self._atomic(
+            [(sre.MAX_REPEAT, (lo, sre.MAXREPEAT if hi is None else hi, body))], flags, "possessive quantifier"
+        )
 
     def _atomic(self, body: list, flags: int, what: str) -> tuple[int, int]:
         dfa = self._subautomaton(body, flags)  # refuses assertions inside
         if not _prefix_free(dfa):
-            raise ConstraintError(f"unsupported regex feature: {what} whose body can match both a string "
-                                  "and a longer extension of it (committing to one changes the language)")
+            raise ConstraintError(
+                f"unsupported regex feature: {what} whose body can match both a string "
+                "and a longer extension of it (committing to one changes the language)"
+            )
         return self.build(body, flags)
 
     def _anchor(self, code, flags: int) -> tuple[int, int]:
@@ -218,8 +224,9 @@ class RegexNfa:
 
 def _check_flags(flags: int) -> None:
     if flags & re.UNICODE.value:
-        raise ConstraintError("unsupported regex feature: (?u) flag (shorthand classes and case folding "
-                              "are ASCII in constraints)")
+        raise ConstraintError(
+            "unsupported regex feature: (?u) flag (shorthand classes and case folding are ASCII in constraints)"
+        )
     if flags & re.LOCALE.value:
         raise ConstraintError("unsupported regex feature: (?L) flag")
 

@@ -46,7 +46,8 @@ def check_against_re(dfa: Dfa, pattern: str, *, search: bool = False) -> None:
             verdict = "matches" if expected else "does not match"
             raise SelfCheckError(
                 f"regex {pattern!r} cannot be compiled exactly: Python's re {verdict} {text!r} but the "
-                "compiled automaton says the opposite (refused rather than approximated)")
+                "compiled automaton says the opposite (refused rather than approximated)"
+            )
         if time.monotonic() > deadline:
             return
 
@@ -106,16 +107,18 @@ class _Sampler:
             return text[:i] + rng.choice(self.pool) + text[i:]
         i = min(i, len(text) - 1)
         if kind == 1:
-            return text[:i] + text[i + 1:]
-        return text[:i] + rng.choice(self.pool) + text[i + 1:]
+            return text[:i] + text[i + 1 :]
+        return text[:i] + rng.choice(self.pool) + text[i + 1 :]
 
     def _some(self, cs: Charset, limit: int) -> tuple:
         """A few members of `cs` (probes first for negated sets), deterministic per charset."""
         got = self._members.get((cs, limit))
         if got is None:
             if cs.negated:
-                got = tuple(c for c in _PROBES if c in cs)[:limit] or tuple(
-                    chr(cp) for cp in range(0x21, 0x3000) if chr(cp) in cs)[:limit]
+                got = (
+                    tuple(c for c in _PROBES if c in cs)[:limit]
+                    or tuple(chr(cp) for cp in range(0x21, 0x3000) if chr(cp) in cs)[:limit]
+                )
             else:
                 chars = sorted(c for c in cs.chars if not 0xD800 <= ord(c) <= 0xDFFF)
                 step = max(1, len(chars) // limit)

@@ -31,8 +31,9 @@ class StateEntry:
 class TokenIndex:
     """Lazy state -> allowed tokens map over one DFA and one vocabulary."""
 
-    def __init__(self, dfa: ByteDFA, vocabulary: Vocabulary,
-                 max_cached_states: int = DEFAULT_MAX_CACHED_STATES) -> None:
+    def __init__(
+        self, dfa: ByteDFA, vocabulary: Vocabulary, max_cached_states: int = DEFAULT_MAX_CACHED_STATES
+    ) -> None:
         self.dfa = dfa
         self.vocabulary = vocabulary
         self.max_cached_states = max_cached_states
@@ -92,8 +93,11 @@ class TokenIndex:
         live_rows = int((offsets[live + 1] - offsets[live]).sum())
         if live_rows * 2 > len(table.lengths):
             return self._walk_dense(state)
-        rows = np.concatenate([table.rows_by_first_byte[offsets[b]:offsets[b + 1]] for b in live]) \
-            if live.size else np.zeros(0, dtype=np.int64)
+        rows = (
+            np.concatenate([table.rows_by_first_byte[offsets[b] : offsets[b + 1]] for b in live])
+            if live.size
+            else np.zeros(0, dtype=np.int64)
+        )
         return self._walk_sparse(state, rows)
 
     def _walk_dense(self, state: int) -> np.ndarray:

@@ -103,9 +103,15 @@ def with_marker_tokens(vocab: Vocabulary, markers: set[str]) -> Vocabulary:
     model may write `<tool_call>` as its single token; the base vocabulary is left as is."""
     tokenizer = vocab.tokenizer
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    extra = {i: t.content.encode("utf-8") for i, t in decoder.items()
-             if i < vocab.size and i not in vocab.eos_token_ids and vocab.token_bytes[i] is None
-             and t.content and any(t.content in m for m in markers)}
+    extra = {
+        i: t.content.encode("utf-8")
+        for i, t in decoder.items()
+        if i < vocab.size
+        and i not in vocab.eos_token_ids
+        and vocab.token_bytes[i] is None
+        and t.content
+        and any(t.content in m for m in markers)
+    }
     if not extra:
         return vocab
     key = tuple(sorted(extra))
@@ -119,6 +125,7 @@ def with_marker_tokens(vocab: Vocabulary, markers: set[str]) -> Vocabulary:
 
 
 # ---- private ---------------------------------------------------------------------------------
+
 
 def _dfa(node: Any, path: str) -> Dfa:
     if not isinstance(node, dict):
@@ -184,8 +191,12 @@ def _free_text(value: Any, path: str) -> Dfa:
 
 def _repeat(node: dict, path: str) -> Dfa:
     lo, hi = node.get("min", 0), node.get("max")
-    if isinstance(lo, bool) or not isinstance(lo, int) or lo < 0 or \
-            (hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < lo)):
+    if (
+        isinstance(lo, bool)
+        or not isinstance(lo, int)
+        or lo < 0
+        or (hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < lo))
+    ):
         raise ConstraintError(f"structural_tag {path}.repeat: need 0 <= min <= max (max null = unbounded)")
     sep = _dfa(node["separator"], f"{path}.separator") if "separator" in node else None
     return repeat(_dfa(node["repeat"], f"{path}.repeat"), lo, hi, sep) if hi != 0 or lo else EPSILON

@@ -52,9 +52,9 @@ class Utf8Expander:
         return np.searchsorted(self.starts, cps, side="right") - 1
 
     def _fill_lead(self, table: np.ndarray, seg: np.ndarray, lead: int, k: int, lo: int, min_cp: int) -> None:
-        hi = lo + (64 ** k) - 1
+        hi = lo + (64**k) - 1
         i, j = self._segment_of(np.array([max(lo, min_cp), hi]))
-        block = seg[:, i:j + 1]
+        block = seg[:, i : j + 1]
         first = block[:, 0]
         uniform = (block == first[:, None]).all(axis=1)
         clipped = lo < min_cp
@@ -80,8 +80,8 @@ class Utf8Expander:
     def _node(self, targets: np.ndarray, k: int, lo: int, min_cp: int) -> int:
         """A state for the code points [lo, lo + 64**k) whose targets are not all the same;
         memoised on the targets of the segments it covers (shared by equal states)."""
-        i, j = self._segment_of(np.array([max(lo, min_cp), lo + 64 ** k - 1]))
-        key = (k, lo, min_cp, int(i), targets[i:j + 1].tobytes())
+        i, j = self._segment_of(np.array([max(lo, min_cp), lo + 64**k - 1]))
+        key = (k, lo, min_cp, int(i), targets[i : j + 1].tobytes())
         found = self._nodes.get(key)
         if found is not None:
             return found

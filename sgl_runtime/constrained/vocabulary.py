@@ -49,8 +49,13 @@ def gpt2_unicode_to_byte() -> dict[int, int]:
 class Vocabulary:
     """Raw bytes of every token id, sized to the model's logit dimension."""
 
-    def __init__(self, token_bytes: list[Optional[bytes]], eos_token_ids: Iterable[int],
-                 tokenizer: Any = None, kind: str = "bytes") -> None:
+    def __init__(
+        self,
+        token_bytes: list[Optional[bytes]],
+        eos_token_ids: Iterable[int],
+        tokenizer: Any = None,
+        kind: str = "bytes",
+    ) -> None:
         self.token_bytes = token_bytes
         self.size = len(token_bytes)
         self.eos_token_ids = tuple(sorted({int(i) for i in eos_token_ids if 0 <= int(i) < self.size}))
@@ -60,8 +65,9 @@ class Vocabulary:
     # ---- public -------------------------------------------------------------------------
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, vocab_size: Optional[int] = None,
-                       eos_token_ids: Optional[Iterable[int]] = None) -> "Vocabulary":
+    def from_tokenizer(
+        cls, tokenizer: Any, vocab_size: Optional[int] = None, eos_token_ids: Optional[Iterable[int]] = None
+    ) -> "Vocabulary":
         """The (cached) vocabulary of `tokenizer`, `vocab_size` wide, with these EOS ids."""
         eos = tuple(sorted(set(eos_token_ids))) if eos_token_ids is not None else None
         per_tok = _CACHE.setdefault(tokenizer, {})
@@ -137,7 +143,7 @@ class _PerTokenizerCache:
             try:
                 ref = weakref.ref(tokenizer, lambda _r, k=id(tokenizer): self._entries.pop(k, None))
             except TypeError:
-                ref = (lambda t=tokenizer: t)
+                ref = lambda t=tokenizer: t
             self._entries[id(tokenizer)] = (ref, default)
             return default
 
@@ -218,7 +224,7 @@ def _byte_level_bytes(strings: list[Optional[str]]) -> list[Optional[bytes]]:
     out: list[Optional[bytes]] = []
     pos = 0
     for s in clean:
-        out.append(flat[pos:pos + len(s)] or None)
+        out.append(flat[pos : pos + len(s)] or None)
         pos += len(s)
     return out
 

@@ -25,8 +25,9 @@ class WalkTable:
         self.matrix = np.ascontiguousarray(flat.reshape(len(strings), max_len).T)  # [max_len, n_unique]
         by_first = np.argsort(self.matrix[0] if max_len else np.zeros(0, np.uint8), kind="stable")
         self.rows_by_first_byte = by_first  # rows grouped by their first byte
-        self.first_byte_offsets = np.searchsorted(self.matrix[0][by_first] if max_len else by_first,
-                                                  np.arange(257))  # group b: [offsets[b], offsets[b+1])
+        self.first_byte_offsets = np.searchsorted(
+            self.matrix[0][by_first] if max_len else by_first, np.arange(257)
+        )  # group b: [offsets[b], offsets[b+1])
         self._build_trie()
         row_of_unique = np.empty(len(strings), dtype=np.int64)
         row_of_unique[self.order] = np.arange(len(strings))

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import zmq
 
 from sgl_runtime.io_struct import BatchStrOut, BatchTokenIDOut, ReqStrOutput, ReqTokenOutput
-from sgl_runtime.process.ipc import report_fatal, IpcAddresses, make_socket, setup_child_process
+from sgl_runtime.process.ipc import IpcAddresses, make_socket, report_fatal, setup_child_process
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,13 @@ class DetokenizerManager:
             logger.exception("rid=%s: cannot detokenize the output; failing the request", out.rid)
             self.states.pop(out.rid, None)
             message = f"internal error while detokenizing: {type(exc).__name__}: {exc}"
-            return ReqStrOutput(rid=out.rid, text_delta="", new_output_ids=[], finished_reason={
-                "type": "abort", "message": message}, meta_info={"error": message})
+            return ReqStrOutput(
+                rid=out.rid,
+                text_delta="",
+                new_output_ids=[],
+                finished_reason={"type": "abort", "message": message},
+                meta_info={"error": message},
+            )
 
     def _process_one(self, out: ReqTokenOutput) -> ReqStrOutput:
         state = self.states.get(out.rid)
@@ -90,15 +95,20 @@ class DetokenizerManager:
             del self.states[out.rid]
         text = self._trim_stop(state, text, out)
         return ReqStrOutput(
-            rid=out.rid, text_delta=text, new_output_ids=list(out.new_output_ids),
-            finished_reason=out.finished_reason, meta_info=self._meta_info(out),
+            rid=out.rid,
+            text_delta=text,
+            new_output_ids=list(out.new_output_ids),
+            finished_reason=out.finished_reason,
+            meta_info=self._meta_info(out),
         )
 
     def _new_detokenizer(self, out: ReqTokenOutput):
         from sgl_runtime.detokenizer.incremental_detokenizer import IncrementalDetokenizer
 
         return IncrementalDetokenizer(
-            self.tokenizer, prompt_ids=list(out.prompt_tail_ids), skip_special_tokens=out.skip_special_tokens,
+            self.tokenizer,
+            prompt_ids=list(out.prompt_tail_ids),
+            skip_special_tokens=out.skip_special_tokens,
             spaces_between_special_tokens=out.spaces_between_special_tokens,
         )
 
@@ -113,7 +123,7 @@ class DetokenizerManager:
             if out.finished_reason.get("type") == "stop" and matched in out.stop_regexes:
                 found = re.search(matched, pending)
                 if found:
-                    pending = pending[:found.start()]
+                    pending = pending[: found.start()]
             elif out.finished_reason.get("type") == "stop" and isinstance(matched, str) and matched:
                 cut = pending.find(matched)
                 if cut >= 0:

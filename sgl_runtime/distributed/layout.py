@@ -17,8 +17,9 @@ def local_device_index(rank: int, tp_size: int, nnodes: int) -> int:
     return rank % (tp_size // nnodes)
 
 
-def check_tp_fits(tp_size: int, nnodes: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
-                  device: str) -> None:
+def check_tp_fits(
+    tp_size: int, nnodes: int, num_heads: int, num_kv_heads: int, intermediate_size: int, device: str
+) -> None:
     """ValueError in one line when the model's heads or MLP do not split over tp_size ranks, or a node
     has fewer visible GPUs than ranks."""
     if tp_size == 1:

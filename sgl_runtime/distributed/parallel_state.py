@@ -89,8 +89,9 @@ def init_tp_group(rank: int, size: int, init_addr: str, device: str) -> TPGroup:
     options = {}
     if backend == "nccl":
         options["device_id"] = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group(backend, init_method=f"tcp://{init_addr}", world_size=size, rank=rank,
-                            timeout=DEVICE_TIMEOUT, **options)
+    dist.init_process_group(
+        backend, init_method=f"tcp://{init_addr}", world_size=size, rank=rank, timeout=DEVICE_TIMEOUT, **options
+    )
     # Headers get their own gloo group (on the CPU too: its long timeout is for idle waits, not layer collectives).
     host_group = dist.new_group(backend="gloo", timeout=HOST_TIMEOUT)
     logger.info("tensor-parallel rank %d of %d joined via %s (%s)", rank, size, init_addr, backend)

@@ -19,8 +19,15 @@ MAX_SPLITS = 32
 BLOCK_N = 64
 
 
-def decode_attention_torch(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
-                           req_pool_indices: torch.Tensor, seq_lens: list[int], scale: float) -> torch.Tensor:
+def decode_attention_torch(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: list[int],
+    scale: float,
+) -> torch.Tensor:
     """Reference: q [B, H, D]; request b attends all its seq_lens[b] keys. Returns [B, H, D]."""
     out = torch.empty_like(q)
     group = q.shape[1] // k_buffer.shape[1]
@@ -48,10 +55,21 @@ class DecodeWorkspace:
         self.mid_lse = torch.empty((max_batch, heads, MAX_SPLITS), dtype=torch.float32, device=device)
 
 
-def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                     workspace: DecodeWorkspace, num_splits: int, scale: float, block_n: int = BLOCK_N,
-                     num_warps: int = 4, num_stages: int = 2) -> None:
+def decode_attention(
+    q: torch.Tensor,
+    o: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    workspace: DecodeWorkspace,
+    num_splits: int,
+    scale: float,
+    block_n: int = BLOCK_N,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> None:
     """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device.
     block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them)."""
     batch, heads, dim = q.shape
@@ -59,7 +77,12 @@ def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
     assert o.shape == q.shape and q.stride(2) == 1 and o.stride(2) == 1, (q.shape, o.shape)
     assert heads % kv_heads == 0, f"{heads} query heads are not a multiple of {kv_heads} KV heads"
     assert dim & (dim - 1) == 0, f"head dim {dim} must be a power of two"
-    assert k_buffer.shape == v_buffer.shape and k_buffer.shape[2] == dim and k_buffer.is_contiguous() and v_buffer.is_contiguous()
+    assert (
+        k_buffer.shape == v_buffer.shape
+        and k_buffer.shape[2] == dim
+        and k_buffer.is_contiguous()
+        and v_buffer.is_contiguous()
+    )
     assert req_pool_indices.shape == seq_lens.shape == (batch,), (req_pool_indices.shape, seq_lens.shape)
     assert req_to_token.stride(1) == 1 and 1 <= num_splits <= MAX_SPLITS
     assert batch <= workspace.max_batch and (heads, dim) == (workspace.heads, workspace.dim), "workspace too small"
@@ -69,16 +92,48 @@ def decode_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
     mid_out, mid_lse = workspace.mid_out, workspace.mid_lse
     stage1, stage2 = _kernels()
     stage1[(batch, kv_heads, num_splits)](
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
-        scale * LOG2E, q.stride(0), q.stride(1), req_to_token.stride(0), num_splits,
-        mid_out.stride(0), mid_out.stride(1), mid_out.stride(2), mid_lse.stride(0), mid_lse.stride(1),
-        GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), KV_HEADS=kv_heads, D=dim, BLOCK_N=block_n,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        mid_out,
+        mid_lse,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        req_to_token.stride(0),
+        num_splits,
+        mid_out.stride(0),
+        mid_out.stride(1),
+        mid_out.stride(2),
+        mid_lse.stride(0),
+        mid_lse.stride(1),
+        GROUP=group,
+        GROUP_PAD=max(16, next_power_of_2(group)),
+        KV_HEADS=kv_heads,
+        D=dim,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     stage2[(batch, heads)](
-        mid_out, mid_lse, o, seq_lens, num_splits, mid_out.stride(0), mid_out.stride(1), mid_out.stride(2),
-        mid_lse.stride(0), mid_lse.stride(1), o.stride(0), o.stride(1),
-        D=dim, SPLITS_PAD=MAX_SPLITS, num_warps=4,
+        mid_out,
+        mid_lse,
+        o,
+        seq_lens,
+        num_splits,
+        mid_out.stride(0),
+        mid_out.stride(1),
+        mid_out.stride(2),
+        mid_lse.stride(0),
+        mid_lse.stride(1),
+        o.stride(0),
+        o.stride(1),
+        D=dim,
+        SPLITS_PAD=MAX_SPLITS,
+        num_warps=4,
     )
 
 
@@ -87,11 +142,31 @@ def _kernels():
     import triton.language as tl
 
     @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["req_pool_indices", "seq_lens"])
-    def _stage1(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, mid_out, mid_lse,
-                qk_scale, stride_qb, stride_qh, stride_rt, num_splits,
-                stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh,
-                GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
-                BLOCK_N: tl.constexpr):
+    def _stage1(
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        mid_out,
+        mid_lse,
+        qk_scale,
+        stride_qb,
+        stride_qh,
+        stride_rt,
+        num_splits,
+        stride_mob,
+        stride_moh,
+        stride_mos,
+        stride_mlb,
+        stride_mlh,
+        GROUP: tl.constexpr,
+        GROUP_PAD: tl.constexpr,
+        KV_HEADS: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         b = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
@@ -107,8 +182,11 @@ def _kernels():
         offs_n = tl.arange(0, BLOCK_N)
         heads = kv_head * GROUP + offs_g
         g_valid = offs_g < GROUP
-        q_tile = tl.load(q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                         mask=g_valid[:, None], other=0.0)  # [GROUP_PAD, D]
+        q_tile = tl.load(
+            q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+            mask=g_valid[:, None],
+            other=0.0,
+        )  # [GROUP_PAD, D]
         m_i = tl.full([GROUP_PAD], -1.0e30, dtype=tl.float32)
         l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
         acc = tl.zeros([GROUP_PAD, D], dtype=tl.float32)
@@ -135,8 +213,22 @@ def _kernels():
         tl.store(mid_lse + b.to(tl.int64) * stride_mlb + heads * stride_mlh + split, lse, mask=g_valid)
 
     @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["seq_lens"])
-    def _stage2(mid_out, mid_lse, o, seq_lens, num_splits, stride_mob, stride_moh, stride_mos,
-                stride_mlb, stride_mlh, stride_ob, stride_oh, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    def _stage2(
+        mid_out,
+        mid_lse,
+        o,
+        seq_lens,
+        num_splits,
+        stride_mob,
+        stride_moh,
+        stride_mos,
+        stride_mlb,
+        stride_mlh,
+        stride_ob,
+        stride_oh,
+        D: tl.constexpr,
+        SPLITS_PAD: tl.constexpr,
+    ):
         b = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         offs_s = tl.arange(0, SPLITS_PAD)
@@ -145,8 +237,11 @@ def _kernels():
         lse = tl.load(mid_lse + b * stride_mlb + head * stride_mlh + offs_s, mask=s_valid, other=float("-inf"))
         m = tl.max(lse, 0)
         w = tl.where(s_valid, tl.exp2(lse - m), 0.0)  # [SPLITS_PAD]
-        parts = tl.load(mid_out + b * stride_mob + head * stride_moh + offs_s[:, None] * stride_mos + offs_d[None, :],
-                        mask=s_valid[:, None], other=0.0)  # [SPLITS_PAD, D]
+        parts = tl.load(
+            mid_out + b * stride_mob + head * stride_moh + offs_s[:, None] * stride_mos + offs_d[None, :],
+            mask=s_valid[:, None],
+            other=0.0,
+        )  # [SPLITS_PAD, D]
         out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
         tl.store(o + b * stride_ob + head * stride_oh + offs_d, out.to(o.dtype.element_ty))
 

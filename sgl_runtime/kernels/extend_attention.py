@@ -20,9 +20,16 @@ from sgl_runtime.kernels._triton import jit
 LOG2E = 1.4426950408889634
 
 
-def extend_attention_torch(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor,
-                           req_pool_indices: torch.Tensor, seq_lens: list[int], extend_lens: list[int],
-                           scale: float) -> torch.Tensor:
+def extend_attention_torch(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: list[int],
+    extend_lens: list[int],
+    scale: float,
+) -> torch.Tensor:
     """Reference: per request, gather K/V and run causal SDPA. q [T, H, D] -> [T, H, D]."""
     out = torch.empty_like(q)
     heads, kv_heads = q.shape[1], k_buffer.shape[1]
@@ -40,10 +47,20 @@ def extend_attention_torch(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: to
     return out
 
 
-def extend_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                     extend_lens: torch.Tensor, extend_start_loc: torch.Tensor, max_extend_len: int,
-                     scale: float, config: tuple[int, int, int, int] | None = None) -> None:
+def extend_attention(
+    q: torch.Tensor,
+    o: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    extend_start_loc: torch.Tensor,
+    max_extend_len: int,
+    scale: float,
+    config: tuple[int, int, int, int] | None = None,
+) -> None:
     """Triton launch: writes o [T, H, D]. Metadata tensors are [B] int on q's device; max_extend_len is a host int.
     config = (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides the per-head-dim default."""
     num_tokens, heads, dim = q.shape
@@ -56,10 +73,28 @@ def extend_attention(q: torch.Tensor, o: torch.Tensor, k_buffer: torch.Tensor, v
     block_m, block_n, warps, stages = config or _config(dim)
     grid = (batch, heads, math.ceil(max_extend_len / block_m))
     _kernel()[grid](
-        q, o, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_lens, extend_start_loc,
-        scale * LOG2E, q.stride(0), q.stride(1), o.stride(0), o.stride(1), req_to_token.stride(0),
-        GROUP=heads // kv_heads, KV_HEADS=kv_heads, D=dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=warps, num_stages=stages,
+        q,
+        o,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        extend_lens,
+        extend_start_loc,
+        scale * LOG2E,
+        q.stride(0),
+        q.stride(1),
+        o.stride(0),
+        o.stride(1),
+        req_to_token.stride(0),
+        GROUP=heads // kv_heads,
+        KV_HEADS=kv_heads,
+        D=dim,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=warps,
+        num_stages=stages,
     )
 
 
@@ -87,10 +122,28 @@ def _kernel():
     import triton.language as tl
 
     @jit(do_not_specialize_on_alignment=["req_pool_indices", "seq_lens", "extend_lens", "extend_start_loc"])
-    def _extend_kernel(q, o, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, extend_lens,
-                       extend_start_loc, qk_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_rt,
-                       GROUP: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _extend_kernel(
+        q,
+        o,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        extend_lens,
+        extend_start_loc,
+        qk_scale,
+        stride_qt,
+        stride_qh,
+        stride_ot,
+        stride_oh,
+        stride_rt,
+        GROUP: tl.constexpr,
+        KV_HEADS: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         b = tl.program_id(0)
         head = tl.program_id(1)
         block = tl.program_id(2)

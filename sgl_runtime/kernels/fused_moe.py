@@ -18,8 +18,9 @@ from torch.nn import functional as F
 from sgl_runtime.kernels.silu_and_mul import silu_and_mul
 
 
-def fused_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                        topk_ids: torch.Tensor) -> torch.Tensor:
+def fused_experts_torch(
+    x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+) -> torch.Tensor:
     """Reference: each token through its k experts' SiLU-gated MLPs, summed with the routing weights.
     x [T, H]; w13 [E, 2I, H] (gate rows, then up rows); w2 [E, H, I]; topk_weights, topk_ids [T, k] -> [T, H].
     While a CUDA graph is being captured (fused kernels disabled) it takes the dense form, which never
@@ -35,8 +36,9 @@ def fused_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
     return out.to(x.dtype)
 
 
-def dense_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                        topk_ids: torch.Tensor) -> torch.Tensor:
+def dense_experts_torch(
+    x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+) -> torch.Tensor:
     """The same sum computed through every expert for every token (unrouted ones weighted 0): static shapes."""
     dense = torch.zeros((x.shape[0], w13.shape[0]), dtype=torch.float32, device=x.device)
     dense.scatter_(1, topk_ids, topk_weights.float())  # [T, E]
@@ -45,8 +47,14 @@ def dense_experts_torch(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
     return (y.float() * dense.T[:, :, None]).sum(dim=0).to(x.dtype)
 
 
-def fused_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+def fused_experts(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: dict | None = None,
+) -> torch.Tensor:
     """The same as `fused_experts_torch`, in two grouped-GEMM launches (CUDA tensors, dense rows).
     `config` overrides the tile sizes `block_config` picks (benchmarks/moe_kernel_bench.py sweeps them)."""
     tokens, hidden = x.shape
@@ -99,8 +107,17 @@ def block_config(rows: int, num_experts: int) -> dict:
     return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 
 
-def _grouped_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights, sorted_ids: torch.Tensor,
-                  block_experts: torch.Tensor, rows_used: torch.Tensor, top_k: int, config: dict) -> None:
+def _grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    weights,
+    sorted_ids: torch.Tensor,
+    block_experts: torch.Tensor,
+    rows_used: torch.Tensor,
+    top_k: int,
+    config: dict,
+) -> None:
     """c[row] = a[row // top_k] @ b[expert].T (times weights[row] when given) for the rows in sorted_ids."""
     _, n, k = b.shape
     assert a.shape[1] == k and c.shape[1] == n and a.stride(1) == 1 and c.stride(1) == 1, (a.shape, b.shape, c.shape)
@@ -108,9 +125,25 @@ def _grouped_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights, so
     block_m, block_n = meta["BLOCK_M"], meta["BLOCK_N"]
     grid = (triton_cdiv(sorted_ids.numel(), block_m) * triton_cdiv(n, block_n),)
     _kernel()[grid](
-        a, b, c, weights if weights is not None else c, sorted_ids, block_experts, rows_used,
-        n, k, sorted_ids.numel(), c.shape[0], a.stride(0), b.stride(0), b.stride(1), c.stride(0),
-        TOP_K=top_k, MUL_WEIGHT=weights is not None, IEEE=a.dtype == torch.float32, **meta,
+        a,
+        b,
+        c,
+        weights if weights is not None else c,
+        sorted_ids,
+        block_experts,
+        rows_used,
+        n,
+        k,
+        sorted_ids.numel(),
+        c.shape[0],
+        a.stride(0),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        TOP_K=top_k,
+        MUL_WEIGHT=weights is not None,
+        IEEE=a.dtype == torch.float32,
+        **meta,
     )
 
 
@@ -124,10 +157,30 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit(do_not_specialize=["capacity", "num_rows"])
-    def _fused_moe_kernel(a, b, c, weights, sorted_ids, block_experts, rows_used, N, K, capacity, num_rows,
-                          stride_am, stride_be, stride_bn, stride_cm, TOP_K: tl.constexpr, MUL_WEIGHT: tl.constexpr,
-                          IEEE: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    def _fused_moe_kernel(
+        a,
+        b,
+        c,
+        weights,
+        sorted_ids,
+        block_experts,
+        rows_used,
+        N,
+        K,
+        capacity,
+        num_rows,
+        stride_am,
+        stride_be,
+        stride_bn,
+        stride_cm,
+        TOP_K: tl.constexpr,
+        MUL_WEIGHT: tl.constexpr,
+        IEEE: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         num_pid_m = tl.cdiv(capacity, BLOCK_M)
         num_pid_n = tl.cdiv(N, BLOCK_N)

@@ -20,8 +20,9 @@ def rmsnorm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
 
 
-def fused_add_rmsnorm_torch(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rmsnorm_torch(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference: new_residual = x + residual (rounded to x's dtype); returns (rmsnorm(new_residual), new_residual)."""
     new_residual = x + residual
     return rmsnorm_torch(new_residual, weight, eps), new_residual
@@ -40,8 +41,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x, residual [T, N] (rows may be strided) -> (normed [T, N], new_residual [T, N]), both new tensors."""
     assert x.dim() == 2 and residual.shape == x.shape and weight.shape == (x.shape[1],), (x.shape, residual.shape)
     assert x.stride(1) == 1 and residual.stride(1) == 1 and weight.is_contiguous(), "columns must be dense"
@@ -50,18 +52,55 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     if x.shape[0] == 0:
         return out, new_residual
-    _launch(x.shape[0], x, residual, new_residual, out, weight, x.stride(0), residual.stride(0), 1, eps,
-            x.shape[1], add=True)
+    _launch(
+        x.shape[0],
+        x,
+        residual,
+        new_residual,
+        out,
+        weight,
+        x.stride(0),
+        residual.stride(0),
+        1,
+        eps,
+        x.shape[1],
+        add=True,
+    )
     return out, new_residual
 
 
-def _launch(rows: int, x, residual, new_residual, out, weight, stride_a: int, stride_b: int, heads: int,
-            eps: float, n: int, add: bool = False) -> None:
+def _launch(
+    rows: int,
+    x,
+    residual,
+    new_residual,
+    out,
+    weight,
+    stride_a: int,
+    stride_b: int,
+    heads: int,
+    eps: float,
+    n: int,
+    add: bool = False,
+) -> None:
     """One program per row. Plain norm: stride_a/stride_b are x's token/head strides; with `add`,
     they are x's and residual's row strides."""
     block = next_power_of_2(n)
-    _kernel()[(rows,)](x, residual, new_residual if add else out, out, weight, stride_a, stride_b, heads, n,
-                       eps, ADD=add, BLOCK=block, num_warps=min(16, max(1, block // 256)))
+    _kernel()[(rows,)](
+        x,
+        residual,
+        new_residual if add else out,
+        out,
+        weight,
+        stride_a,
+        stride_b,
+        heads,
+        n,
+        eps,
+        ADD=add,
+        BLOCK=block,
+        num_warps=min(16, max(1, block // 256)),
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,8 +109,20 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def _rmsnorm_kernel(x, residual, new_residual, out, weight, stride_a, stride_b, heads, n, eps,
-                        ADD: tl.constexpr, BLOCK: tl.constexpr):
+    def _rmsnorm_kernel(
+        x,
+        residual,
+        new_residual,
+        out,
+        weight,
+        stride_a,
+        stride_b,
+        heads,
+        n,
+        eps,
+        ADD: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         mask = cols < n

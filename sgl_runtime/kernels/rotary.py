@@ -39,8 +39,21 @@ def _launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Te
     assert cos.shape == sin.shape == (tokens, 1, dim) and cos.stride(2) == 1 and sin.stride() == cos.stride()
     if tokens == 0:
         return
-    _kernel()[(tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), out.stride(0), out.stride(1), cos.stride(0),
-                         heads, dim // 2, HEADS_PAD=next_power_of_2(heads), HALF_PAD=next_power_of_2(dim // 2))
+    _kernel()[(tokens,)](
+        x,
+        cos,
+        sin,
+        out,
+        x.stride(0),
+        x.stride(1),
+        out.stride(0),
+        out.stride(1),
+        cos.stride(0),
+        heads,
+        dim // 2,
+        HEADS_PAD=next_power_of_2(heads),
+        HALF_PAD=next_power_of_2(dim // 2),
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,8 +62,21 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def _rotary_kernel(x, cos, sin, out, stride_xt, stride_xh, stride_ot, stride_oh, stride_ct, heads, half,
-                       HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr):
+    def _rotary_kernel(
+        x,
+        cos,
+        sin,
+        out,
+        stride_xt,
+        stride_xh,
+        stride_ot,
+        stride_oh,
+        stride_ct,
+        heads,
+        half,
+        HEADS_PAD: tl.constexpr,
+        HALF_PAD: tl.constexpr,
+    ):
         t = tl.program_id(0).to(tl.int64)
         h = tl.arange(0, HEADS_PAD)
         d = tl.arange(0, HALF_PAD)

@@ -9,15 +9,17 @@ import torch
 from sgl_runtime.kernels._triton import jit, next_power_of_2
 
 
-def store_kv_torch(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-                   v: torch.Tensor) -> None:
+def store_kv_torch(
+    k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
     """Reference: k_buffer[loc] = k; v_buffer[loc] = v (buffers [S, Hkv, D], k/v [T, Hkv, D], loc [T])."""
     k_buffer[loc] = k.to(k_buffer.dtype)
     v_buffer[loc] = v.to(v_buffer.dtype)
 
 
-def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor) -> None:
+def store_kv(
+    k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
     """Triton launch of the same write: one program per token copies its K and V rows."""
     num_tokens, heads, dim = k.shape
     assert v.shape == k.shape and loc.shape == (num_tokens,), (k.shape, v.shape, loc.shape)
@@ -27,8 +29,15 @@ def store_kv(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, 
     if num_tokens == 0:
         return
     _kernel()[(num_tokens,)](
-        k_buffer, v_buffer, loc, k, v, k.stride(0), v.stride(0),
-        ROW=heads * dim, BLOCK=next_power_of_2(heads * dim),
+        k_buffer,
+        v_buffer,
+        loc,
+        k,
+        v,
+        k.stride(0),
+        v.stride(0),
+        ROW=heads * dim,
+        BLOCK=next_power_of_2(heads * dim),
     )
 
 

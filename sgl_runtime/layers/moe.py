@@ -37,7 +37,9 @@ class FusedMoE(nn.Module):
             raise ValueError(f"num_experts_per_tok={top_k} must be in [1, num_experts={num_experts}]")
         self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
         self.intermediate_size = intermediate_size
-        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size), requires_grad=False)
+        self.w13_weight = nn.Parameter(
+            torch.empty(num_experts, 2 * intermediate_size, hidden_size), requires_grad=False
+        )
         self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size), requires_grad=False)
 
     def forward(self, x: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
@@ -57,8 +59,9 @@ class FusedMoE(nn.Module):
             offset = 0 if shard == "gate" else self.intermediate_size
             target, name = self.w13_weight[expert_id].narrow(0, offset, self.intermediate_size), "w13_weight"
         if tuple(target.shape) != tuple(tensor.shape):
-            raise ValueError(f"expert {expert_id} {shard} weight has shape {tuple(tensor.shape)}, "
-                             f"expected {tuple(target.shape)}")
+            raise ValueError(
+                f"expert {expert_id} {shard} weight has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+            )
         target.copy_(tensor)
         return name
 

@@ -157,8 +157,9 @@ class RadixCache:
                 continue
             locked_below = sum(c.lock_ref for c in node.children.values())
             assert node.lock_ref >= locked_below, f"{node!r}: lock_ref < children's total {locked_below}"
-            assert node.last_access_time >= max((c.last_access_time for c in node.children.values()), default=0), \
+            assert node.last_access_time >= max((c.last_access_time for c in node.children.values()), default=0), (
                 f"{node!r}: a child was accessed after its parent"
+            )
             all_values.append(node.value)
             if node.lock_ref == 0:
                 evictable += len(node.key)
@@ -178,8 +179,10 @@ class RadixCache:
         stack = [(self.root_node, 0)]
         while stack:
             node, depth = stack.pop()
-            lines.append(f"{'  ' * depth}{node.key[:8]}{'...' if len(node.key) > 8 else ''} "
-                         f"len={len(node.key)} lock={node.lock_ref} t={node.last_access_time}")
+            lines.append(
+                f"{'  ' * depth}{node.key[:8]}{'...' if len(node.key) > 8 else ''} "
+                f"len={len(node.key)} lock={node.lock_ref} t={node.last_access_time}"
+            )
             stack.extend((child, depth + 1) for child in node.children.values())
         return "\n".join(lines)
 

@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from sgl_runtime.host_to_device import to_device
 from sgl_runtime.forward_batch import ForwardBatch, ForwardMode, flat_extra_keys, flatten_extend
+from sgl_runtime.host_to_device import to_device
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,12 @@ class CudaGraphRunner:
         self._alloc_buffers(model_runner.device)
         start = time.monotonic()
         self.capture()
-        logger.info("captured %d CUDA graphs (batch sizes up to %d) in %.1f s",
-                    len(self.graphs), self.max_bs, time.monotonic() - start)
+        logger.info(
+            "captured %d CUDA graphs (batch sizes up to %d) in %.1f s",
+            len(self.graphs),
+            self.max_bs,
+            time.monotonic() - start,
+        )
 
     def _alloc_buffers(self, device) -> None:
         n = self.max_bs
@@ -78,12 +82,22 @@ class CudaGraphRunner:
     # ------------------------------------------------------------------ capture
     def _static_batch(self, bs: int) -> ForwardBatch:
         return ForwardBatch(
-            forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=self.input_ids[:bs],
-            positions=self.positions[:bs], req_pool_indices=self.req_pool_indices[:bs], seq_lens=self.seq_lens[:bs],
-            extend_prefix_lens=self.seq_lens[:bs] - 1, extend_seq_lens=self.ones[:bs], extend_start_loc=self.start_loc[:bs],
-            out_cache_loc=self.out_cache_loc[:bs], seq_lens_cpu=[1] * bs, extend_prefix_lens_cpu=[0] * bs,
-            extend_seq_lens_cpu=[1] * bs, logits_indices=self.start_loc[:bs],
-            attn_backend=self.attn_backend, req_to_token=self.req_to_token,
+            forward_mode=ForwardMode.DECODE,
+            batch_size=bs,
+            input_ids=self.input_ids[:bs],
+            positions=self.positions[:bs],
+            req_pool_indices=self.req_pool_indices[:bs],
+            seq_lens=self.seq_lens[:bs],
+            extend_prefix_lens=self.seq_lens[:bs] - 1,
+            extend_seq_lens=self.ones[:bs],
+            extend_start_loc=self.start_loc[:bs],
+            out_cache_loc=self.out_cache_loc[:bs],
+            seq_lens_cpu=[1] * bs,
+            extend_prefix_lens_cpu=[0] * bs,
+            extend_seq_lens_cpu=[1] * bs,
+            logits_indices=self.start_loc[:bs],
+            attn_backend=self.attn_backend,
+            req_to_token=self.req_to_token,
         )
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
@@ -134,10 +148,13 @@ class CudaGraphRunner:
 
     def can_run_extend(self, forward_batch: ForwardBatch) -> bool:
         """Whether an EXTEND batch is small enough to replay flattened (see the module doc)."""
-        return (self.flatten_extends and forward_batch.forward_mode.is_extend()
-                and forward_batch.logits_indices_cpu is not None
-                and 0 < forward_batch.num_tokens <= MAX_EXTEND_REPLAYS * self.max_bs
-                and flat_extra_keys(forward_batch) <= MAX_EXTRA_KEYS)
+        return (
+            self.flatten_extends
+            and forward_batch.forward_mode.is_extend()
+            and forward_batch.logits_indices_cpu is not None
+            and 0 < forward_batch.num_tokens <= MAX_EXTEND_REPLAYS * self.max_bs
+            and flat_extra_keys(forward_batch) <= MAX_EXTRA_KEYS
+        )
 
     def replay_extend(self, forward_batch: ForwardBatch) -> torch.Tensor:
         """logits [L, vocab] float32 for forward_batch.logits_indices, as the eager extend returns."""
@@ -163,11 +180,19 @@ class CudaGraphRunner:
 def _rows(flat: ForwardBatch, start: int, end: int) -> ForwardBatch:
     """Rows [start, end) of a flattened (DECODE) batch: the fields a replay reads."""
     return dataclasses.replace(
-        flat, batch_size=end - start, input_ids=flat.input_ids[start:end], positions=flat.positions[start:end],
-        req_pool_indices=flat.req_pool_indices[start:end], seq_lens=flat.seq_lens[start:end],
-        out_cache_loc=flat.out_cache_loc[start:end], seq_lens_cpu=flat.seq_lens_cpu[start:end],
-        extend_prefix_lens=flat.extend_prefix_lens[start:end], extend_seq_lens=flat.extend_seq_lens[start:end],
-        extend_start_loc=flat.extend_start_loc[: end - start], extend_prefix_lens_cpu=flat.extend_prefix_lens_cpu[start:end],
-        extend_seq_lens_cpu=flat.extend_seq_lens_cpu[start:end], logits_indices=flat.logits_indices[: end - start],
+        flat,
+        batch_size=end - start,
+        input_ids=flat.input_ids[start:end],
+        positions=flat.positions[start:end],
+        req_pool_indices=flat.req_pool_indices[start:end],
+        seq_lens=flat.seq_lens[start:end],
+        out_cache_loc=flat.out_cache_loc[start:end],
+        seq_lens_cpu=flat.seq_lens_cpu[start:end],
+        extend_prefix_lens=flat.extend_prefix_lens[start:end],
+        extend_seq_lens=flat.extend_seq_lens[start:end],
+        extend_start_loc=flat.extend_start_loc[: end - start],
+        extend_prefix_lens_cpu=flat.extend_prefix_lens_cpu[start:end],
+        extend_seq_lens_cpu=flat.extend_seq_lens_cpu[start:end],
+        logits_indices=flat.logits_indices[: end - start],
         logits_indices_cpu=list(range(end - start)),
     )

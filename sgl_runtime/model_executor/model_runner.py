@@ -11,10 +11,10 @@ import torch
 
 from sgl_runtime.distributed.layout import local_device_index
 from sgl_runtime.distributed.parallel_state import TensorParallelError, TPGroup, init_tp_group
-from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
-from sgl_runtime.model_executor.tp_batch_channel import BatchChannel
-from sgl_runtime.model_config import ModelConfig
 from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from sgl_runtime.model_config import ModelConfig
+from sgl_runtime.model_executor.tp_batch_channel import BatchChannel
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,11 @@ class ModelRunner:
         self.channel = BatchChannel(self.tp, self.device) if self.tp is not None else None
         torch.manual_seed(server_args.random_seed)
         self.model = load_model(
-            model_config.model_path, model_config.dtype, self.device, server_args.load_format, server_args.random_seed,
+            model_config.model_path,
+            model_config.dtype,
+            self.device,
+            server_args.load_format,
+            server_args.random_seed,
             self.tp,
         )
         self.num_kv_heads = _local_kv_heads(model_config.num_kv_heads, server_args.tp_size)
@@ -58,20 +62,26 @@ class ModelRunner:
         if self.tp is not None:  # rank 0 allocates slots for every rank: the smallest pool binds
             self.max_total_num_tokens = self.tp.min_int(self.max_total_num_tokens)
         self.max_running_requests = self._max_running_requests()
-        self.req_to_token_pool = ReqToTokenPool(
-            self.max_running_requests + 2, self._table_width(), self.device
-        )
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests + 2, self._table_width(), self.device)
         self.req_to_token_pool.record_writes = self.tp is not None and self.tp.is_driver
         self.token_to_kv_pool = TokenToKVPool(
-            self.max_total_num_tokens, model_config.dtype, self.num_kv_heads, model_config.head_dim,
-            model_config.num_layers, self.device,
+            self.max_total_num_tokens,
+            model_config.dtype,
+            self.num_kv_heads,
+            model_config.head_dim,
+            model_config.num_layers,
+            self.device,
         )
         self.attn_backend = self._make_attention_backend()
         self.cuda_graph_runner = self._make_cuda_graph_runner()
         logger.info(
             "model loaded on %s (%s%s): KV pool %d tokens, up to %d running requests, %s attention",
-            self.device, model_config.dtype, f", tp rank {tp_rank} of {server_args.tp_size}" if self.tp else "",
-            self.max_total_num_tokens, self.max_running_requests, type(self.attn_backend).__name__,
+            self.device,
+            model_config.dtype,
+            f", tp rank {tp_rank} of {server_args.tp_size}" if self.tp else "",
+            self.max_total_num_tokens,
+            self.max_running_requests,
+            type(self.attn_backend).__name__,
         )
 
     def forward(self, forward_batch: ForwardBatch) -> torch.Tensor:
@@ -207,14 +217,22 @@ class ModelRunner:
             return torch.tensor(values, dtype=torch.int64, device=self.device)
 
         batch = ForwardBatch(
-            forward_mode=ForwardMode.EXTEND, batch_size=1,
+            forward_mode=ForwardMode.EXTEND,
+            batch_size=1,
             input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=self.device),
             positions=torch.arange(num_tokens, dtype=torch.int64, device=self.device),
-            req_pool_indices=t([0]), seq_lens=t([num_tokens]), extend_prefix_lens=t([0]),
-            extend_seq_lens=t([num_tokens]), extend_start_loc=t([0]), out_cache_loc=slots,
-            seq_lens_cpu=[num_tokens], extend_prefix_lens_cpu=[0], extend_seq_lens_cpu=[num_tokens],
+            req_pool_indices=t([0]),
+            seq_lens=t([num_tokens]),
+            extend_prefix_lens=t([0]),
+            extend_seq_lens=t([num_tokens]),
+            extend_start_loc=t([0]),
+            out_cache_loc=slots,
+            seq_lens_cpu=[num_tokens],
+            extend_prefix_lens_cpu=[0],
+            extend_seq_lens_cpu=[num_tokens],
             logits_indices=t([num_tokens - 1]),
-            attn_backend=self._attention_backend_class()(kv_pool, req_pool), req_to_token=req_pool.req_to_token,
+            attn_backend=self._attention_backend_class()(kv_pool, req_pool),
+            req_to_token=req_pool.req_to_token,
         )
         batch.attn_backend.init_forward_metadata(batch)
         return self.model(batch.input_ids, batch.positions, batch)
@@ -230,8 +248,10 @@ class ModelRunner:
 
     def _attention_backend_class(self) -> type:
         choice = self.server_args.attention_backend
-        use_triton = self.device != "cpu" and choice in ("auto", "triton") and _has_module(
-            "sgl_runtime.layers.attention.triton_backend"
+        use_triton = (
+            self.device != "cpu"
+            and choice in ("auto", "triton")
+            and _has_module("sgl_runtime.layers.attention.triton_backend")
         )
         if choice == "triton" and not use_triton:
             raise ValueError("attention_backend='triton' needs a CUDA device and the Triton backend")

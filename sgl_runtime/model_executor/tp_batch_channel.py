@@ -25,12 +25,29 @@ class BatchChannel:
         self.device = device
 
     def send(self, fb: ForwardBatch, writes: Writes) -> None:
-        header = (int(fb.forward_mode), fb.batch_size, fb.seq_lens_cpu, fb.extend_prefix_lens_cpu,
-                  fb.extend_seq_lens_cpu, fb.logits_indices_cpu, fb.num_tokens, int(fb.logits_indices.numel()),
-                  [int(cells.numel()) for cells, _ in writes])
+        header = (
+            int(fb.forward_mode),
+            fb.batch_size,
+            fb.seq_lens_cpu,
+            fb.extend_prefix_lens_cpu,
+            fb.extend_seq_lens_cpu,
+            fb.logits_indices_cpu,
+            fb.num_tokens,
+            int(fb.logits_indices.numel()),
+            [int(cells.numel()) for cells, _ in writes],
+        )
         self.tp.broadcast_object(header)
-        columns = [fb.input_ids, fb.positions, fb.req_pool_indices, fb.seq_lens, fb.extend_prefix_lens,
-                   fb.extend_seq_lens, fb.extend_start_loc, fb.out_cache_loc, fb.logits_indices]
+        columns = [
+            fb.input_ids,
+            fb.positions,
+            fb.req_pool_indices,
+            fb.seq_lens,
+            fb.extend_prefix_lens,
+            fb.extend_seq_lens,
+            fb.extend_start_loc,
+            fb.out_cache_loc,
+            fb.logits_indices,
+        ]
         columns += [cells for cells, _ in writes] + [slots for _, slots in writes]
         self.tp.broadcast(torch.cat([c.to(self.device, torch.int64) for c in columns]))  # [3T + 5B + L + 2W]
 
@@ -55,10 +72,20 @@ class BatchChannel:
         count = len(write_sizes)
         writes = list(zip(parts[9 : 9 + count], parts[9 + count :]))
         batch = ForwardBatch(
-            forward_mode=ForwardMode(mode), batch_size=bs, input_ids=ids, positions=positions,
-            req_pool_indices=rows, seq_lens=seq_lens, extend_prefix_lens=prefix, extend_seq_lens=ext,
-            extend_start_loc=starts, out_cache_loc=out_cache_loc, seq_lens_cpu=seq_lens_cpu,
-            extend_prefix_lens_cpu=prefix_cpu, extend_seq_lens_cpu=ext_cpu, logits_indices=logits,
+            forward_mode=ForwardMode(mode),
+            batch_size=bs,
+            input_ids=ids,
+            positions=positions,
+            req_pool_indices=rows,
+            seq_lens=seq_lens,
+            extend_prefix_lens=prefix,
+            extend_seq_lens=ext,
+            extend_start_loc=starts,
+            out_cache_loc=out_cache_loc,
+            seq_lens_cpu=seq_lens_cpu,
+            extend_prefix_lens_cpu=prefix_cpu,
+            extend_seq_lens_cpu=ext_cpu,
+            logits_indices=logits,
             logits_indices_cpu=logits_cpu,
         )
         return batch, writes

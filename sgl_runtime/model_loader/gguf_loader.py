@@ -51,8 +51,16 @@ def open_gguf(gguf_file: str):
 def read_tensor_index(reader) -> tuple[str, list[TensorEntry]]:
     """(architecture, tensor entries) as gguf's reader parsed them."""
     arch = reader.fields["general.architecture"].contents()
-    entries = [TensorEntry(t.name, int(t.tensor_type), tuple(int(d) for d in reversed(t.shape.tolist())),
-                           int(t.data_offset), int(t.n_bytes)) for t in reader.tensors]
+    entries = [
+        TensorEntry(
+            t.name,
+            int(t.tensor_type),
+            tuple(int(d) for d in reversed(t.shape.tolist())),
+            int(t.data_offset),
+            int(t.n_bytes),
+        )
+        for t in reader.tensors
+    ]
     return arch, entries
 
 
@@ -77,14 +85,17 @@ def tensor_index(gguf_file: str, index_file: Optional[str] = None) -> tuple[str,
     return read_tensor_index(open_gguf(gguf_file))
 
 
-def iter_gguf_weights(gguf_file: str, arch: str, entries: list[TensorEntry], hf_names: Iterable[str],
-                      hf_config) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_gguf_weights(
+    gguf_file: str, arch: str, entries: list[TensorEntry], hf_names: Iterable[str], hf_config
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, float32 tensor) for each GGUF tensor, dequantized by gguf.quants and in HF layout."""
     from gguf import GGMLQuantizationType, quants
 
     if any(e.name == "rope_freqs.weight" for e in entries):
-        raise ValueError(f"{gguf_file!r} carries llama3 rope frequency factors (rope_freqs), which GGUF loading "
-                         "does not support yet; load the safetensors checkpoint instead")
+        raise ValueError(
+            f"{gguf_file!r} carries llama3 rope frequency factors (rope_freqs), which GGUF loading "
+            "does not support yet; load the safetensors checkpoint instead"
+        )
     names = gguf_to_hf_names(arch, int(hf_config.num_hidden_layers), hf_names)
     raw = np.memmap(gguf_file, dtype=np.uint8, mode="r")
     for entry in entries:
@@ -94,7 +105,9 @@ def iter_gguf_weights(gguf_file: str, arch: str, entries: list[TensorEntry], hf_
         if hf_name is None:
             raise ValueError(f"GGUF tensor {entry.name!r} of {gguf_file!r} has no parameter in the {arch} model")
         qtype = GGMLQuantizationType(entry.qtype)
-        blocks = raw[entry.offset: entry.offset + entry.n_bytes].reshape(quants.quant_shape_to_byte_shape(entry.shape, qtype))
+        blocks = raw[entry.offset : entry.offset + entry.n_bytes].reshape(
+            quants.quant_shape_to_byte_shape(entry.shape, qtype)
+        )
         try:
             weights = quants.dequantize(blocks, qtype).reshape(entry.shape)
         except NotImplementedError as exc:

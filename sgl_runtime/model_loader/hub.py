@@ -33,13 +33,16 @@ def hub_snapshot(repo_id: str, revision: Optional[str] = None, download_dir: Opt
         if constants.HF_HUB_OFFLINE:
             raise FileNotFoundError(
                 f"model {repo_id!r}{_at(revision)} is not in the Hugging Face cache ({download_dir or constants.HF_HUB_CACHE})"
-                " and HF_HUB_OFFLINE is set; download it first or unset HF_HUB_OFFLINE") from None
+                " and HF_HUB_OFFLINE is set; download it first or unset HF_HUB_OFFLINE"
+            ) from None
     logger.info("downloading %s%s from the Hugging Face Hub", repo_id, _at(revision))
     try:
         return snapshot_download(repo_id, **kwargs)
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FileNotFoundError(f"cannot get model {repo_id!r}{_at(revision)} from the Hugging Face Hub: {reason}") from exc
+        raise FileNotFoundError(
+            f"cannot get model {repo_id!r}{_at(revision)} from the Hugging Face Hub: {reason}"
+        ) from exc
 
 
 def _at(revision: Optional[str]) -> str:

@@ -26,8 +26,14 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DUMMY_WEIGHT_RANGE = 0.02
 
 
-def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: str = "auto", seed: int = 0,
-               tp: Optional[TPGroup] = None) -> nn.Module:
+def load_model(
+    model_path: str,
+    dtype: torch.dtype,
+    device: str,
+    load_format: str = "auto",
+    seed: int = 0,
+    tp: Optional[TPGroup] = None,
+) -> nn.Module:
     """The model in eval mode on `device` in `dtype`; load_format "dummy" makes seeded random weights.
     With `tp`, this rank's shard of it (dummy weights are then seeded per rank)."""
     if load_format not in LOAD_FORMATS:
@@ -46,8 +52,9 @@ def load_model(model_path: str, dtype: torch.dtype, device: str, load_format: st
     return model.eval()
 
 
-def build_empty_model(model_class: type[nn.Module], hf_config, dtype: torch.dtype, device: str,
-                      tp: Optional[TPGroup] = None) -> nn.Module:
+def build_empty_model(
+    model_class: type[nn.Module], hf_config, dtype: torch.dtype, device: str, tp: Optional[TPGroup] = None
+) -> nn.Module:
     """Construct on the meta device (no init cost, no host copy), shard it for `tp`, then allocate
     uninitialised storage on `device`."""
     with _default_dtype(dtype), torch.device("meta"):
@@ -110,7 +117,9 @@ def safetensors_files(model_path: str) -> list[str]:
         return files
     files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors weights in {model_path!r} (use load_format='dummy' for random weights)")
+        raise FileNotFoundError(
+            f"no *.safetensors weights in {model_path!r} (use load_format='dummy' for random weights)"
+        )
     return files
 
 

@@ -17,8 +17,12 @@ RANDOM_DEMO = "random-demo"
 DEMO_MODEL_NAME = "sgl-demo"
 
 
-def resolve_model_path(model_path: Optional[str], load_format: str = "auto", revision: Optional[str] = None,
-                       download_dir: Optional[str] = None) -> str:
+def resolve_model_path(
+    model_path: Optional[str],
+    load_format: str = "auto",
+    revision: Optional[str] = None,
+    download_dir: Optional[str] = None,
+) -> str:
     """A local directory with config.json and the tokenizer for `model_path` (see the module docstring)."""
     from sgl_runtime.model_loader.demo_download import DEMO_ENV, demo_gguf_path
     from sgl_runtime.model_loader.gguf_checkpoint import (
@@ -44,8 +48,10 @@ def resolve_model_path(model_path: Optional[str], load_format: str = "auto", rev
 
     if looks_like_hub_id(model_path):
         return resolve_model_path(hub_snapshot(model_path, revision, download_dir), load_format)
-    raise FileNotFoundError(f"model path {model_path!r} is neither a local directory or .gguf file nor a "
-                            f"Hugging Face Hub id (Org/Name); use {RANDOM_DEMO!r} for the built-in random model")
+    raise FileNotFoundError(
+        f"model path {model_path!r} is neither a local directory or .gguf file nor a "
+        f"Hugging Face Hub id (Org/Name); use {RANDOM_DEMO!r} for the built-in random model"
+    )
 
 
 def served_name(model_path: Optional[str]) -> str:

@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from sgl_runtime.forward_batch import ForwardBatch
 from sgl_runtime.kernels import fusion
 from sgl_runtime.layers.activation import SiluAndMul
 from sgl_runtime.layers.layernorm import RMSNorm
@@ -20,7 +21,6 @@ from sgl_runtime.layers.linear import read_shard
 from sgl_runtime.layers.radix_attention import RadixAttention
 from sgl_runtime.layers.rotary_embedding import RotaryEmbedding
 from sgl_runtime.model_config import head_dim_of, rope_parameters
-from sgl_runtime.forward_batch import ForwardBatch
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,15 @@ class LlamaAttention(nn.Module):
 
     def shard_offsets(self) -> dict[str, tuple[int, int]]:
         """Where q, k and v sit in the merged qkv_proj output rows: shard -> (offset, size)."""
-        return {"q": (0, self.q_size), "k": (self.q_size, self.kv_size), "v": (self.q_size + self.kv_size, self.kv_size)}
+        return {
+            "q": (0, self.q_size),
+            "k": (self.q_size, self.kv_size),
+            "v": (self.q_size + self.kv_size, self.kv_size),
+        }
 
-    def forward(self, hidden: torch.Tensor, cos_sin, rotary: RotaryEmbedding, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, cos_sin, rotary: RotaryEmbedding, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)  # [T, (H + 2*Hkv) * D]
         if fusion.use_fused_kernels(qkv):
             q, k, v = self._rotated_in_place(qkv, cos_sin, rotary)
@@ -103,8 +109,14 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, cos_sin, rotary: RotaryEmbedding,
-                forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos_sin,
+        rotary: RotaryEmbedding,
+        forward_batch: ForwardBatch,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden, residual) -> (this layer's MLP output, the running residual); their sum is the HF hidden state."""
         if residual is None:  # first layer: the embeddings are the residual
             hidden, residual = self.input_layernorm(hidden), hidden
@@ -120,13 +132,12 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.rotary_emb = RotaryEmbedding(head_dim_of(config), rope_parameters(config))
-        self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, options) for i in range(config.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, options) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                forward_batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.embed_tokens(input_ids)  # [T, hidden]
         cos_sin = self.rotary_emb.cos_sin(positions)  # once per forward, shared by the layers
         residual = None
@@ -194,10 +205,7 @@ class LlamaForCausalLM(nn.Module):
             _copy_checked(name, target, read_shard(self.get_submodule(module_name), param, shard, tensor))
             shards_seen.setdefault(param_name, set()).add(shard)
         # A merged parameter counts as loaded only once all of its shards were.
-        return {
-            name for name, seen in shards_seen.items()
-            if None in seen or seen == set(self._shard_offsets(name))
-        }
+        return {name for name, seen in shards_seen.items() if None in seen or seen == set(self._shard_offsets(name))}
 
     def _shard_offsets(self, param_name: str) -> dict[str, tuple[int, int]]:
         return self.get_submodule(param_name.rsplit(".", 2)[0]).shard_offsets()

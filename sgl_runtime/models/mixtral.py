@@ -19,8 +19,13 @@ class MixtralForCausalLM(MistralForCausalLM):
     def __init__(self, config):
         super().__init__(config)
         for layer in self.model.layers:
-            layer.mlp = SparseMoeBlock(config.hidden_size, config.num_local_experts, config.num_experts_per_tok,
-                                       config.intermediate_size, renormalize=True)
+            layer.mlp = SparseMoeBlock(
+                config.hidden_size,
+                config.num_local_experts,
+                config.num_experts_per_tok,
+                config.intermediate_size,
+                renormalize=True,
+            )
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -56,8 +56,9 @@ class ExpertWeightLoader:
             module, param = self.experts[fused["module"]], _FUSED_PARAMS[fused["param"]]
             target = getattr(module, param)
             if tuple(target.shape) != tuple(tensor.shape):
-                raise ValueError(f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, "
-                                 f"expected {tuple(target.shape)}")
+                raise ValueError(
+                    f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
+                )
             target.copy_(tensor)
             self.seen.setdefault(f"{fused['module']}.{param}", set()).update(module.expected_shards(param))
             return True

@@ -7,7 +7,13 @@ from __future__ import annotations
 from torch import nn
 
 from sgl_runtime.distributed.parallel_state import TPGroup
-from sgl_runtime.layers.linear import ColumnParallelLinear, ParallelLMHead, RowParallelLinear, Shard, VocabParallelEmbedding
+from sgl_runtime.layers.linear import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RowParallelLinear,
+    Shard,
+    VocabParallelEmbedding,
+)
 from sgl_runtime.models.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
 
 

@@ -40,8 +40,10 @@ class IpcAddresses:
         return os.path.dirname(self.paths()[0])
 
     def paths(self) -> list[str]:
-        return [a[len("ipc://"):] for a in (self.tokenizer_to_scheduler, self.scheduler_to_detokenizer,
-                                            self.detokenizer_to_tokenizer)]
+        return [
+            a[len("ipc://") :]
+            for a in (self.tokenizer_to_scheduler, self.scheduler_to_detokenizer, self.detokenizer_to_tokenizer)
+        ]
 
 
 def remove_stale_ipc_dirs(root: Optional[str] = None) -> list[str]:

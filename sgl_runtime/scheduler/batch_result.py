@@ -10,9 +10,9 @@ import torch
 from sgl_runtime.host_to_device import to_device
 from sgl_runtime.io_struct import ReqTokenOutput
 from sgl_runtime.logprobs import token_logprobs
+from sgl_runtime.sampler import Sampler
 from sgl_runtime.scheduler.req import Req
 from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
-from sgl_runtime.sampler import Sampler
 
 
 @torch.inference_mode()  # the logits are inference tensors, edited in place by the sampler
@@ -42,8 +42,12 @@ def _append_sampled(reqs: list[Req], sample_logits: torch.Tensor, sampler: Sampl
     raw = sample_logits[lp_index].clone() if lp_index else None
     next_ids = sampler(sample_logits, reqs).tolist()
     if raw is not None:
-        rows = token_logprobs(raw, [next_ids[i] for i in lp_index], [reqs[i].top_logprobs_num for i in lp_index],
-                              [reqs[i].token_ids_logprob for i in lp_index])
+        rows = token_logprobs(
+            raw,
+            [next_ids[i] for i in lp_index],
+            [reqs[i].top_logprobs_num for i in lp_index],
+            [reqs[i].token_ids_logprob for i in lp_index],
+        )
         for i, lp, top, by_id in zip(lp_index, rows.chosen, rows.tops, rows.token_ids):
             reqs[i].output_token_logprobs.append((lp, next_ids[i]))
             reqs[i].output_top_logprobs.append(top)

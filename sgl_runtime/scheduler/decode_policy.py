@@ -29,9 +29,12 @@ class DecodePolicy:
 
     @staticmethod
     def from_server_args(args: ServerArgs) -> "DecodePolicy":
-        return DecodePolicy(overlap=not args.disable_overlap_schedule, jump_forward=not args.disable_jump_forward,
-                            defer_jump_forward=args.defer_jump_forward,
-                            overlap_jump_forward_min_batch=args.overlap_jump_forward_min_batch)
+        return DecodePolicy(
+            overlap=not args.disable_overlap_schedule,
+            jump_forward=not args.disable_jump_forward,
+            defer_jump_forward=args.defer_jump_forward,
+            overlap_jump_forward_min_batch=args.overlap_jump_forward_min_batch,
+        )
 
     def replace(self, **changes) -> "DecodePolicy":
         return dataclasses.replace(self, **changes)

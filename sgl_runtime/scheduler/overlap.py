@@ -42,8 +42,12 @@ def overlappable(req: Req, jump_forward: bool, overlap_forced: bool = False) -> 
     return not req.return_logprob and (req.matcher is None or not jump_forward or overlap_forced)
 
 
-def launch_forward(batch: ScheduleBatch, model_runner, next_input_ids: Optional[torch.Tensor] = None,
-                   on_device: Optional[list[bool]] = None) -> torch.Tensor:
+def launch_forward(
+    batch: ScheduleBatch,
+    model_runner,
+    next_input_ids: Optional[torch.Tensor] = None,
+    on_device: Optional[list[bool]] = None,
+) -> torch.Tensor:
     """Launch a step's forward without waiting for it; returns its logits [B, V], one row per request
     (its last new token). See ScheduleBatch.prepare for next_input_ids and on_device."""
     forward_batch = batch.prepare(next_input_ids, on_device)
@@ -117,8 +121,12 @@ class OverlapMixin:
             keep = [sampled[id(r)] for r in live if id(r) in sampled]
             batch = self._batch(live)
             try:
-                logits = launch_forward(batch, self.model_runner, previous.next_input_ids(keep) if keep else None,
-                                        None if all(on_device) else on_device)
+                logits = launch_forward(
+                    batch,
+                    self.model_runner,
+                    previous.next_input_ids(keep) if keep else None,
+                    None if all(on_device) else on_device,
+                )
             except Exception as error:  # noqa: BLE001
                 self._fail_batch(batch, error)
                 batch = None
@@ -183,5 +191,6 @@ class OverlapMixin:
 
     def _on_decode_launch(self, batch: ScheduleBatch) -> None:
         """Decode-step metrics (after the batch's commit, so kv_len is each request's new length)."""
-        self.metrics.on_decode_step(len(batch), sum(r.kv_len for r in batch.reqs), self._token_usage(),
-                                    len(self.waiting))
+        self.metrics.on_decode_step(
+            len(batch), sum(r.kv_len for r in batch.reqs), self._token_usage(), len(self.waiting)
+        )

@@ -9,8 +9,8 @@ from typing import Optional
 
 import torch
 
-from sgl_runtime.scheduler.req import Req
 from sgl_runtime.mem_cache.radix_cache import RadixCache
+from sgl_runtime.scheduler.req import Req
 
 # Upper bound of one request's expected output when reserving memory (as SGLang's estimate clip).
 CLIP_MAX_NEW_TOKENS = 4096
@@ -63,8 +63,13 @@ def runs_to_length(req: Req) -> bool:
     no constraint (which ends at its accepting state). Reserving less for such requests only
     admits others that are retracted later, their prefill wasted."""
     params = req.sampling_params
-    return bool(params.ignore_eos and not params.stop and not params.stop_token_ids
-                and params.constraint is None and req.matcher is None)
+    return bool(
+        params.ignore_eos
+        and not params.stop
+        and not params.stop_token_ids
+        and params.constraint is None
+        and req.matcher is None
+    )
 
 
 class AddResult(enum.Enum):
@@ -90,7 +95,8 @@ class PrefillAdder:
     ) -> None:
         self.tree_cache = tree_cache
         self.rem_total_tokens = (
-            token_to_kv_pool.available_size() + tree_cache.evictable_size()
+            token_to_kv_pool.available_size()
+            + tree_cache.evictable_size()
             - sum(reserved_tokens(r, new_token_ratio, certain_ratio) for r in running)
         )
         self.rem_input_tokens = max_prefill_tokens
@@ -156,7 +162,6 @@ class PrefillAdder:
     @staticmethod
     def _output_estimate(req: Req) -> int:
         return min(max(req.max_new_tokens - len(req.output_ids), 0), CLIP_MAX_NEW_TOKENS)
-
 
 
 class InBatchPrefixes:

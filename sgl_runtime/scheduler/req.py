@@ -88,9 +88,12 @@ class Req:
         # Sampling and constraints
         self.eos_token_ids = eos_token_ids
         # Greedy without penalties: with no constraint and min_new_tokens reached, sampling is one argmax.
-        self.plain_greedy = sampling_params.is_greedy and sampling_params.repetition_penalty == 1.0 and (
-            sampling_params.frequency_penalty == 0.0 and sampling_params.presence_penalty == 0.0
-        ) and not sampling_params.logit_bias
+        self.plain_greedy = (
+            sampling_params.is_greedy
+            and sampling_params.repetition_penalty == 1.0
+            and (sampling_params.frequency_penalty == 0.0 and sampling_params.presence_penalty == 0.0)
+            and not sampling_params.logit_bias
+        )
         self.generator: Optional[torch.Generator] = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed + index)
@@ -99,7 +102,9 @@ class Req:
         self.detokenizer = None
         if (sampling_params.stop or sampling_params.stop_regex) and tokenizer is not None:
             self.detokenizer = IncrementalDetokenizer(
-                tokenizer, origin_input_ids, sampling_params.skip_special_tokens,
+                tokenizer,
+                origin_input_ids,
+                sampling_params.skip_special_tokens,
                 sampling_params.spaces_between_special_tokens,
             )
             self._max_stop_len = max((len(s) for s in sampling_params.stop), default=0)

@@ -10,13 +10,12 @@ batch runs in DECODE mode, otherwise in EXTEND mode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import Optional
 
 import torch
 
-from sgl_runtime.scheduler.req import Req
 from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.scheduler.req import Req
 
 __all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots", "cache_unfinished_req", "release_req_kv"]
 
@@ -97,8 +96,9 @@ class ScheduleBatch:
             req.kv_len = req.cache_protected_len = prefix_len
 
     # ------------------------------------------------------------------ building
-    def prepare(self, next_input_ids: Optional[torch.Tensor] = None,
-                on_device: Optional[list[bool]] = None) -> ForwardBatch:
+    def prepare(
+        self, next_input_ids: Optional[torch.Tensor] = None, on_device: Optional[list[bool]] = None
+    ) -> ForwardBatch:
         """Allocate slots for every request's new tokens and describe the forward.
 
         `next_input_ids` (int64 on the device) makes this a step after one whose sampled tokens
@@ -135,8 +135,20 @@ class ScheduleBatch:
         logits_rows = starts if is_decode else self._logits_indices(starts)
         all_device = chained and all(on_device)
         device_at = [start for start, d in zip(starts, on_device) if d] if chained and not all_device else []
-        (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t, device_at_t) = self._to_device(
-            [[] if all_device else ids, positions, rows, seq_lens, prefix_lens, ext_lens, starts, logits_rows, device_at]
+        (input_ids, positions_t, rows_t, seq_lens_t, prefix_t, ext_t, starts_t, logits_t, device_at_t) = (
+            self._to_device(
+                [
+                    [] if all_device else ids,
+                    positions,
+                    rows,
+                    seq_lens,
+                    prefix_lens,
+                    ext_lens,
+                    starts,
+                    logits_rows,
+                    device_at,
+                ]
+            )
         )
         if all_device:
             input_ids = next_input_ids  # one device id per request, in row order
@@ -229,9 +241,11 @@ class ScheduleBatch:
         """Every request samples its one new token, no prompt logprobs: row i is request i's sampling row."""
         bs = len(self.reqs)
         self.layout = LogitsLayout(
-            row_start=list(range(bs)), row_end=list(range(1, bs + 1)),
+            row_start=list(range(bs)),
+            row_end=list(range(1, bs + 1)),
             samples=[True] * bs,
-            score_targets=[[] for _ in range(bs)], score_positions=[[] for _ in range(bs)],
+            score_targets=[[] for _ in range(bs)],
+            score_positions=[[] for _ in range(bs)],
         )
         self.plain_decode = all(r.max_new_tokens > 0 for r in self.reqs)
         self._row_offsets = [(0, 1)] * bs
@@ -262,7 +276,6 @@ class ScheduleBatch:
             req.kv_len += req.extend_input_len
             req.forward_passes += count_passes
             req.extend_input_len = 0
-
 
 
 def release_req_kv(req: Req, req_to_token_pool, token_to_kv_pool, tree_cache, cache: bool = True) -> None:

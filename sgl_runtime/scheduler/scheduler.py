@@ -14,23 +14,27 @@ from typing import Optional
 
 from sgl_runtime.distributed.parallel_state import TensorParallelError
 from sgl_runtime.io_struct import (
-    AbortReq, BatchTokenIDOut, FlushCacheOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
+    AbortReq,
+    BatchTokenIDOut,
+    FlushCacheOut,
+    FlushCacheReq,
+    GetStatsOut,
+    GetStatsReq,
+    TokenizedGenerateReqInput,
 )
-from sgl_runtime.scheduler.batch_result import jump_forward_, make_token_output, process_batch_logits, should_stream
-from sgl_runtime.scheduler.decode_policy import DecodePolicy
-from sgl_runtime.scheduler.overlap import InflightDecode, OverlapMixin, launch_forward
-from sgl_runtime.scheduler.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
-from sgl_runtime.scheduler.req import Req
-from sgl_runtime.scheduler.request_intake import (
-    ConstraintWaiter, build_reqs, failed_reqs, prefix_caching_req, validate_request,
-)
-from sgl_runtime.scheduler.schedule_batch import ScheduleBatch, cache_unfinished_req, release_req_kv
-from sgl_runtime.scheduler.schedule_policy import SchedulePolicy
-from sgl_runtime.scheduler.scheduler_metrics import SchedulerMetrics
 from sgl_runtime.mem_cache.radix_cache import RadixCache
 from sgl_runtime.model_config import ModelConfig
 from sgl_runtime.model_executor.model_runner import ModelRunner, resolve_model_path
 from sgl_runtime.sampler import Sampler
+from sgl_runtime.scheduler.batch_result import make_token_output, process_batch_logits, should_stream
+from sgl_runtime.scheduler.decode_policy import DecodePolicy
+from sgl_runtime.scheduler.overlap import InflightDecode, OverlapMixin, launch_forward
+from sgl_runtime.scheduler.prefill_adder import AddResult, InBatchPrefixes, NewTokenRatio, PrefillAdder
+from sgl_runtime.scheduler.req import Req
+from sgl_runtime.scheduler.request_intake import ConstraintWaiter, IntakeMixin
+from sgl_runtime.scheduler.schedule_batch import ScheduleBatch, cache_unfinished_req, release_req_kv
+from sgl_runtime.scheduler.schedule_policy import SchedulePolicy
+from sgl_runtime.scheduler.scheduler_metrics import SchedulerMetrics
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -38,7 +42,7 @@ logger = logging.getLogger(__name__)
 JUMP_FORWARD_MAX_WAIT = 4  # decode steps a request holding jump-forward tokens may sit out
 
 
-class Scheduler(OverlapMixin):
+class Scheduler(IntakeMixin, OverlapMixin):
     """Owns the model, the KV pools and the radix cache; serves requests through handle()/step()."""
 
     def __init__(self, server_args: ServerArgs) -> None:
@@ -100,8 +104,14 @@ class Scheduler(OverlapMixin):
         return self._collect_outputs()
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self.chunked_req or self.constraints.pending or self.outbox
-                     or self.inflight is not None)
+        return bool(
+            self.waiting
+            or self.running
+            or self.chunked_req
+            or self.constraints.pending
+            or self.outbox
+            or self.inflight is not None
+        )
 
     def kv_available_size(self) -> int:
         """Free KV slots in the pool (the radix cache's evictable slots not included)."""
@@ -156,63 +166,6 @@ class Scheduler(OverlapMixin):
             new_token_ratio=self.new_token_ratio.value,
         ) | {"constraint_cache": self.constraints.stats()}
 
-    # ================================================================== intake
-    def _add_request(self, msg: TokenizedGenerateReqInput) -> None:
-        """Queue a request; one that raises while being built or queued fails alone (its client gets
-        the error), and the scheduler keeps serving the others."""
-        try:
-            self._queue_request(msg)
-        except Exception as exc:  # noqa: BLE001 - the front half validates; this is a bug, not bad input
-            logger.exception("rid=%s: cannot queue the request; failing it", msg.rid)
-            self._fail_unqueued(msg, f"internal error while queueing the request: {type(exc).__name__}: {exc}")
-
-    def _fail_unqueued(self, msg: TokenizedGenerateReqInput, message: str) -> None:
-        self.abort(msg.rid)  # whatever part of it did get queued
-        self.outbox = [r for r in self.outbox if r.rid != msg.rid] + failed_reqs(msg, message)
-
-    def _queue_request(self, msg: TokenizedGenerateReqInput) -> None:
-        reqs = build_reqs(msg, self.model_config.context_length, self.eos_token_ids, self.tokenizer)
-        error = validate_request(msg, self.model_config.context_length, self.model_config.vocab_size,
-                                 self.max_total_num_tokens)
-        if error is not None:
-            for req in reqs:
-                req.abort(error)
-            self.outbox.extend(reqs)
-        elif len(reqs) > 1 and not self.tree_cache.disable:
-            hidden = prefix_caching_req(msg)
-            self.fanout[id(hidden)] = reqs
-            self._enqueue(hidden)
-        else:
-            for req in reqs:
-                self._enqueue(req)
-
-    def _enqueue(self, req: Req) -> None:
-        if req.sampling_params.constraint is not None and req.matcher is None:
-            self.constraints.submit(req)
-        else:
-            self.waiting.append(req)
-
-    def _poll_constraints(self) -> None:
-        if not self.constraints.pending:
-            return
-        idle = not (self.waiting or self.running or self.chunked_req)
-        ready, failed = self.constraints.poll(block=idle)
-        self.outbox.extend(failed)
-        for req in ready:
-            if self.decode.jump_forward:
-                jump_forward_(req)  # text forced from the start is prefilled with the prompt
-            (self.outbox if req.finished else self.waiting).append(req)
-
-    def _make_constraint_cache(self):
-        from sgl_runtime.constrained.cache import ConstraintCache
-
-        return ConstraintCache(
-            self.tokenizer, self.model_config.vocab_size, sorted(self.eos_token_ids),
-            max_size=self.server_args.constrained_cache_size,
-            compile_timeout=self.server_args.constraint_compile_timeout,
-            compile_workers=self.server_args.constraint_compile_workers,
-        )
-
     # ================================================================== scheduling
     def _get_new_prefill_batch(self) -> Optional[ScheduleBatch]:
         if not self.waiting and self.chunked_req is None:
@@ -220,8 +173,15 @@ class Scheduler(OverlapMixin):
         if self.chunked_req is None and len(self.running) >= self.max_running_requests:
             return None
         self.policy.calc_priority(self.waiting)
-        adder = PrefillAdder(self.tree_cache, self.token_to_kv_pool, self.running, self.new_token_ratio.value,
-                             self.server_args.max_prefill_tokens, self.chunk_size, self.new_token_ratio.certain)
+        adder = PrefillAdder(
+            self.tree_cache,
+            self.token_to_kv_pool,
+            self.running,
+            self.new_token_ratio.value,
+            self.server_args.max_prefill_tokens,
+            self.chunk_size,
+            self.new_token_ratio.certain,
+        )
         if self.chunked_req is not None:
             adder.add_chunked_req(self.chunked_req)
         if adder.new_chunked_req is None:
@@ -285,6 +245,7 @@ class Scheduler(OverlapMixin):
 
     def _retract_until_fits(self) -> bool:
         """Retract the newest running requests to the queue while the next step's tokens do not fit."""
+
         def fits() -> bool:
             need = sum(r.extend_input_len for r in self.running)
             return need <= self.token_to_kv_pool.available_size() + self.tree_cache.evictable_size()
@@ -309,14 +270,19 @@ class Scheduler(OverlapMixin):
         return bool(retracted)
 
     def _batch(self, reqs: list[Req]) -> ScheduleBatch:
-        return ScheduleBatch(reqs, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache,
-                             self.model_runner.device)
+        return ScheduleBatch(
+            reqs, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache, self.model_runner.device
+        )
 
     # ================================================================== running
     def _run_batch(self, batch: ScheduleBatch) -> None:
         forced = any(r.extend_input_len > 1 for r in batch.reqs)
-        if self.decode.overlap and not batch.is_prefill and (not forced or self._overlap_forced(batch.reqs)) \
-                and self._overlappable(batch.reqs):
+        if (
+            self.decode.overlap
+            and not batch.is_prefill
+            and (not forced or self._overlap_forced(batch.reqs))
+            and self._overlappable(batch.reqs)
+        ):
             logits = launch_forward(batch, self.model_runner, None, [False] * len(batch) if forced else None)
             self.inflight = InflightDecode.sample(batch, logits, self.sampler)
             self._on_decode_launch(batch)
@@ -335,8 +301,9 @@ class Scheduler(OverlapMixin):
             elif running is not None and req is not self.chunked_req and id(req) not in running:
                 self.running.append(req)
         if forward_batch.forward_mode.is_decode():
-            self.metrics.on_decode_step(len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(),
-                                        len(self.waiting))
+            self.metrics.on_decode_step(
+                len(batch), sum(forward_batch.seq_lens_cpu), self._token_usage(), len(self.waiting)
+            )
 
     def _finish(self, req: Req) -> None:
         if any(req is r for r in self.running):
@@ -356,8 +323,9 @@ class Scheduler(OverlapMixin):
         A tensor-parallel failure is re-raised: the ranks no longer agree, so nothing can run again."""
         if isinstance(error, TensorParallelError):
             raise error
-        logger.exception("batch of %d request(s) failed; aborting them (rid=%s)", len(batch),
-                         ",".join(r.rid for r in batch.reqs))
+        logger.exception(
+            "batch of %d request(s) failed; aborting them (rid=%s)", len(batch), ",".join(r.rid for r in batch.reqs)
+        )
         message = f"internal error: {type(error).__name__}: {error}"
         if batch.out_cache_loc is not None and not batch.committed:
             self.token_to_kv_pool.free(batch.out_cache_loc)

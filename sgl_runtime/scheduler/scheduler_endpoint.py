@@ -12,7 +12,11 @@ import logging
 from typing import Any, Optional
 
 from sgl_runtime.io_struct import (
-    BatchTokenIDOut, FlushCacheReq, GetStatsOut, GetStatsReq, TokenizedGenerateReqInput,
+    BatchTokenIDOut,
+    FlushCacheReq,
+    GetStatsOut,
+    GetStatsReq,
+    TokenizedGenerateReqInput,
 )
 from sgl_runtime.sampling_params import SamplingParams
 
@@ -60,7 +64,9 @@ class SchedulerEndpoint:
         """Run one short request through the whole model path, then drop it from the cache."""
         scheduler = self.scheduler
         request = TokenizedGenerateReqInput(
-            rid=WARMUP_RID, input_text=None, input_ids=[1, 2, 3, 4],
+            rid=WARMUP_RID,
+            input_text=None,
+            input_ids=[1, 2, 3, 4],
             sampling_params=SamplingParams(max_new_tokens=2, temperature=0.0, ignore_eos=True),
         )
         scheduler.handle(request)

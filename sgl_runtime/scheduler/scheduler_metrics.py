@@ -58,5 +58,10 @@ class SchedulerMetrics:
         logger.info(
             "decode: batch %d, waiting %d, kv tokens %d, token usage %.2f, cache hit rate %.2f, "
             "gen throughput %.1f tok/s",
-            batch_size, num_waiting, num_tokens, token_usage, self.cache_hit_rate, self.last_throughput,
+            batch_size,
+            num_waiting,
+            num_tokens,
+            token_usage,
+            self.cache_hit_rate,
+            self.last_throughput,
         )

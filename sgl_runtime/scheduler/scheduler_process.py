@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from sgl_runtime.process.ipc import report_fatal, ChildLifetime, IpcAddresses, make_socket, setup_child_process
+from sgl_runtime.process.ipc import ChildLifetime, IpcAddresses, make_socket, report_fatal, setup_child_process
 from sgl_runtime.scheduler.scheduler_endpoint import SchedulerEndpoint
 from sgl_runtime.scheduler.watchdog import Watchdog
 from sgl_runtime.server_args import ServerArgs

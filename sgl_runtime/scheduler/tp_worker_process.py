@@ -31,10 +31,17 @@ def check_tp_config(server_args: ServerArgs) -> None:
 
     if server_args.tp_size == 1:
         return
-    config = ModelConfig.from_path(server_args.model_path, server_args.dtype, server_args.context_length,
-                                   server_args.resolved_device)
-    check_tp_fits(server_args.tp_size, server_args.nnodes, config.num_attention_heads, config.num_kv_heads,
-                  int(getattr(config.hf_config, "intermediate_size", 0) or 0), server_args.resolved_device)
+    config = ModelConfig.from_path(
+        server_args.model_path, server_args.dtype, server_args.context_length, server_args.resolved_device
+    )
+    check_tp_fits(
+        server_args.tp_size,
+        server_args.nnodes,
+        config.num_attention_heads,
+        config.num_kv_heads,
+        int(getattr(config.hf_config, "intermediate_size", 0) or 0),
+        server_args.resolved_device,
+    )
 
 
 def worker_process_name(rank: int) -> str:
@@ -57,8 +64,9 @@ def run_tp_worker_process(server_args: ServerArgs, tp_rank: int, conn: Connectio
     setup_child_process(worker_process_name(tp_rank), server_args.log_level)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        config = ModelConfig.from_path(server_args.model_path, server_args.dtype, server_args.context_length,
-                                       server_args.resolved_device)
+        config = ModelConfig.from_path(
+            server_args.model_path, server_args.dtype, server_args.context_length, server_args.resolved_device
+        )
         runner = ModelRunner(server_args, config, tp_rank)
     except Exception:
         report_fatal(conn, f"tensor-parallel rank {tp_rank} failed to start")

@@ -38,8 +38,10 @@ class Watchdog:
         while not self._stopped.wait(min(1.0, self.timeout / 4)):
             stalled = time.monotonic() - self._last_progress
             if stalled > self.timeout:
-                message = (f"scheduler watchdog: no progress for {stalled:.1f} s (--watchdog-timeout "
-                           f"{self.timeout:g}); the scheduler is hung, ending it")
+                message = (
+                    f"scheduler watchdog: no progress for {stalled:.1f} s (--watchdog-timeout "
+                    f"{self.timeout:g}); the scheduler is hung, ending it"
+                )
                 logger.error(message)
                 self._on_hang(message)
                 logging.shutdown()

@@ -26,5 +26,6 @@ def install_api_key_check(app: FastAPI, api_key: str) -> None:
     async def check_api_key(request: Request, call_next):
         if request.url.path in OPEN_PATHS or key_matches(request.headers.get("authorization"), api_key):
             return await call_next(request)
-        return api_error(request, 401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
-                         code="invalid_api_key")
+        return api_error(
+            request, 401, "invalid or missing API key: send 'Authorization: Bearer <key>'", code="invalid_api_key"
+        )

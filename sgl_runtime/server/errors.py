@@ -17,19 +17,30 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.server.json_body import BodyTooLargeError
-from sgl_runtime.server.overload import RequestTimeoutError, ServerBusyError
 from sgl_runtime.server.openai_protocol import describe_validation_errors, error_response
+from sgl_runtime.server.overload import RequestTimeoutError, ServerBusyError
 
 logger = logging.getLogger(__name__)
 
 # native -> OpenAI field names on /v1 routes, unless the route recorded the client's own spelling
-OPENAI_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "input_ids": "prompt",
-                "text": "prompt", "top_logprobs_num": "logprobs"}
+OPENAI_NAMES = {
+    "max_new_tokens": "max_tokens",
+    "min_new_tokens": "min_tokens",
+    "input_ids": "prompt",
+    "text": "prompt",
+    "top_logprobs_num": "logprobs",
+}
 _NATIVE_FIELD = re.compile(r"\b(?:sampling_params\.)?(max_new_tokens|min_new_tokens|input_ids|top_logprobs_num)\b")
 _PARAM = re.compile(r"^([A-Za-z_][\w.\[\]]*):")
-HTTP_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
-                    408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error",
-                    503: "server_overloaded"}
+HTTP_ERROR_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_overloaded",
+}
 
 
 def openai_message(message: str, names: Optional[dict[str, str]] = None) -> str:
@@ -39,14 +50,25 @@ def openai_message(message: str, names: Optional[dict[str, str]] = None) -> str:
     return message.replace("sampling_params.", "")
 
 
-def api_error(request: Optional[Request], status: int, message: str, err_type: Optional[str] = None,
-              code: Any = None, headers: Optional[dict[str, str]] = None):
+def api_error(
+    request: Optional[Request],
+    status: int,
+    message: str,
+    err_type: Optional[str] = None,
+    code: Any = None,
+    headers: Optional[dict[str, str]] = None,
+):
     """The error response for `request`, translated to OpenAI's names on /v1 routes."""
     if request is not None and request.url.path.startswith("/v1"):
         message = openai_message(message, getattr(request.state, "openai_names", None))
     match = _PARAM.match(message)
-    response = error_response(status, message, err_type or HTTP_ERROR_TYPES.get(status, "invalid_request_error"),
-                              param=match.group(1) if match else None, code=code)
+    response = error_response(
+        status,
+        message,
+        err_type or HTTP_ERROR_TYPES.get(status, "invalid_request_error"),
+        param=match.group(1) if match else None,
+        code=code,
+    )
     response.headers.update(headers or {})
     return response
 

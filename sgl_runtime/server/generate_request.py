@@ -60,16 +60,20 @@ def split_generate_request(obj: GenerateReqInput) -> tuple[list[SingleRequest], 
     requests = []
     for i, (text, input_ids) in enumerate(prompts):
         values = {name: _pick(getattr(obj, name), i, len(prompts), name, is_batch) for name in PER_REQUEST_FIELDS}
-        requests.append(SingleRequest(
-            text=text, input_ids=input_ids,
-            sampling_params=_check_sampling_params(values["sampling_params"]),
-            rid=_check_rid(values["rid"]),
-            return_logprob=_check_bool(values["return_logprob"], "return_logprob"),
-            logprob_start_len=_check_int(values["logprob_start_len"], "logprob_start_len", minimum=-1),
-            top_logprobs_num=_check_int(values["top_logprobs_num"], "top_logprobs_num", minimum=0),
-            token_ids_logprob=token_ids[i],
-            return_text_in_logprobs=obj.return_text_in_logprobs, stream=obj.stream,
-        ))
+        requests.append(
+            SingleRequest(
+                text=text,
+                input_ids=input_ids,
+                sampling_params=_check_sampling_params(values["sampling_params"]),
+                rid=_check_rid(values["rid"]),
+                return_logprob=_check_bool(values["return_logprob"], "return_logprob"),
+                logprob_start_len=_check_int(values["logprob_start_len"], "logprob_start_len", minimum=-1),
+                top_logprobs_num=_check_int(values["top_logprobs_num"], "top_logprobs_num", minimum=0),
+                token_ids_logprob=token_ids[i],
+                return_text_in_logprobs=obj.return_text_in_logprobs,
+                stream=obj.stream,
+            )
+        )
     return requests, is_batch
 
 
@@ -93,7 +97,9 @@ def _token_ids_logprob(value: Any, count: int, is_batch: bool) -> list[Optional[
     if not value:
         return [None] * count
     if not isinstance(value, list):
-        raise InvalidRequestError("token_ids_logprob must be a list of token ids (or, for a batch, one list per prompt)")
+        raise InvalidRequestError(
+            "token_ids_logprob must be a list of token ids (or, for a batch, one list per prompt)"
+        )
     if not all(isinstance(x, list) for x in value):
         return [_check_token_ids(value)] * count
     if not is_batch:

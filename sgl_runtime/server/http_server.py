@@ -12,19 +12,19 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
-from sgl_runtime.version import __version__
-from sgl_runtime.server.metrics import CONTENT_TYPE, ServerMetrics
-from sgl_runtime.server.openai_api import build_openai_router
-from sgl_runtime.server.sglang_routes import IncrementalLogprobs, build_sglang_router
+from sgl_runtime.io_struct import GenerateReqInput
+from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.server.auth import install_api_key_check
 from sgl_runtime.server.errors import api_error, install_error_handlers
-from sgl_runtime.server.json_body import json_body
-from sgl_runtime.server.openai_protocol import error_response
-from sgl_runtime.server.sse import SafeJSONResponse, sse_event, sse_stream
-from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.server.generate_request import parse_generate_body
+from sgl_runtime.server.json_body import json_body
+from sgl_runtime.server.metrics import CONTENT_TYPE, ServerMetrics
+from sgl_runtime.server.openai_api import build_openai_router
+from sgl_runtime.server.openai_protocol import error_response
+from sgl_runtime.server.sglang_routes import IncrementalLogprobs, build_sglang_router
+from sgl_runtime.server.sse import SafeJSONResponse, sse_event, sse_stream
 from sgl_runtime.server.tokenizer_manager import ClientDisconnected, TokenizerManager
-from sgl_runtime.sampling_params import InvalidRequestError
+from sgl_runtime.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,7 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
         await tm.start()
         yield
 
-    app = FastAPI(title="sgl_runtime", version=__version__, lifespan=lifespan,
-                  default_response_class=SafeJSONResponse)
+    app = FastAPI(title="sgl_runtime", version=__version__, lifespan=lifespan, default_response_class=SafeJSONResponse)
     install_error_handlers(app)
     _install_disconnect_handler(app)
     if args.api_key:
@@ -77,7 +76,9 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
     async def flush_cache():
         out = await tm.flush_cache()
         if not out.success:
-            return error_response(400, out.message or "cache not flushed: requests are running", "invalid_request_error")
+            return error_response(
+                400, out.message or "cache not flushed: requests are running", "invalid_request_error"
+            )
         return PlainTextResponse(out.message or "Cache flushed.")
 
     @app.post("/abort_request")
@@ -101,9 +102,13 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
     async def get_server_info() -> dict:
         server_args = dataclasses.asdict(args)
         server_args["api_key"] = "***" if args.api_key else None
-        return {**server_args, "version": __version__, "context_length": tm.model_info.context_length,
-                "process_ids": dict(process_ids or {}),
-                "scheduler_stats": await tm.get_stats()}
+        return {
+            **server_args,
+            "version": __version__,
+            "context_length": tm.model_info.context_length,
+            "process_ids": dict(process_ids or {}),
+            "scheduler_stats": await tm.get_stats(),
+        }
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
@@ -145,9 +150,13 @@ def _model_info(tm: TokenizerManager) -> dict[str, Any]:
 
     tok, args = tm.tokenizer, tm.server_args
     info: dict[str, Any] = {
-        "model_path": args.model_path, "tokenizer_path": args.tokenizer_path or args.model_path,
-        "served_model_name": args.model_name, "is_generation": True, "chat_template": get_chat_template(tok),
-        "context_length": tm.model_info.context_length, "vocab_size": tm.model_info.vocab_size,
+        "model_path": args.model_path,
+        "tokenizer_path": args.tokenizer_path or args.model_path,
+        "served_model_name": args.model_name,
+        "is_generation": True,
+        "chat_template": get_chat_template(tok),
+        "context_length": tm.model_info.context_length,
+        "vocab_size": tm.model_info.vocab_size,
         "eos_token_ids": sorted(tm.model_info.eos_token_ids),
     }
     for name in SPECIAL_TOKENS:

@@ -10,7 +10,7 @@ from typing import Any
 
 from sgl_runtime.sampling_params import InvalidRequestError
 
-MAX_BODY_BYTES = 64 * 2 ** 20
+MAX_BODY_BYTES = 64 * 2**20
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 40  # far beyond 64 bits; longer integers are a 400, not a ValueError from int()
 
@@ -84,6 +84,8 @@ def _check_text(text: str, path: str) -> None:
 
 def _parse_int(digits: str) -> int:
     if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-        raise InvalidRequestError(f"the request body is not valid JSON for this API: an integer of {len(digits)} "
-                                  f"digits (at most {MAX_INT_DIGITS})")
+        raise InvalidRequestError(
+            f"the request body is not valid JSON for this API: an integer of {len(digits)} "
+            f"digits (at most {MAX_INT_DIGITS})"
+        )
     return int(digits)

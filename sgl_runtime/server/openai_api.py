@@ -12,33 +12,65 @@ from typing import Any, AsyncIterator, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-
 from pydantic import BaseModel, ValidationError
 
-from sgl_runtime.server.openai_protocol import (
-    ChatCompletionRequest, CompletionRequest, ResponseFormat, _SamplingFields, describe_validation_errors,
-)
+from sgl_runtime.io_struct import GenerateReqInput
+from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.server.json_body import json_body
 from sgl_runtime.server.openai_checks import (
-    check_content_parts, check_prompt_ids, check_single_constraint, native_names,
+    check_content_parts,
+    check_prompt_ids,
+    check_single_constraint,
+    native_names,
+)
+from sgl_runtime.server.openai_protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponseFormat,
+    _SamplingFields,
+    describe_validation_errors,
 )
 from sgl_runtime.server.openai_responses import StreamBuilder, completion_response
 from sgl_runtime.server.sse import sse_event, sse_stream
 from sgl_runtime.server.tool_calls.chat import ChatStreamBuilder, chat_tool_response
 from sgl_runtime.server.tool_calls.output import ChoiceParser
 from sgl_runtime.server.tool_calls.plan import ChatPlan, chat_parsers
-from sgl_runtime.io_struct import GenerateReqInput
-from sgl_runtime.sampling_params import InvalidRequestError
-from sgl_runtime.sglang_fields import CHAT_COMPLETION_REQUEST, COMPLETION_REQUEST, UnsupportedFieldError, strip_sglang_fields
+from sgl_runtime.sglang_fields import (
+    CHAT_COMPLETION_REQUEST,
+    COMPLETION_REQUEST,
+    UnsupportedFieldError,
+    strip_sglang_fields,
+)
 
 JSON_OBJECT_SCHEMA = {"type": "object"}
 SGLANG_TABLES = {"CompletionRequest": COMPLETION_REQUEST, "ChatCompletionRequest": CHAT_COMPLETION_REQUEST}
 # OpenAI field -> native sampling parameter (None values are left out).
 RENAMED = {"min_tokens": "min_new_tokens"}
-PASSED_THROUGH = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
-                  "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-                  "no_stop_trim", "regex", "json_schema", "json_schema_options", "ebnf", "grammar", "grammar_syntax",
-                  "choices", "stop", "stop_regex", "logit_bias")
+PASSED_THROUGH = (
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "skip_special_tokens",
+    "no_stop_trim",
+    "regex",
+    "json_schema",
+    "json_schema_options",
+    "ebnf",
+    "grammar",
+    "grammar_syntax",
+    "choices",
+    "stop",
+    "stop_regex",
+    "logit_bias",
+)
 
 
 def build_openai_router(tokenizer_manager, model_name: str, context_length: int) -> APIRouter:
@@ -48,8 +80,18 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
 
     @router.get("/v1/models")
     async def list_models() -> dict:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(time.time()),
-                                            "owned_by": "sgl_runtime", "max_model_len": context_length}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "sgl_runtime",
+                    "max_model_len": context_length,
+                }
+            ],
+        }
 
     @router.post("/v1/completions")
     async def completions(request: Request):
@@ -65,13 +107,19 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         params = sampling_params(body, body.max_tokens if body.max_tokens is not None else 16)
         echo_texts = [_prompt_text(p, tm.tokenizer) for p in body_prompt_list(body.prompt)] if body.echo else []
         obj = GenerateReqInput(
-            input_ids=prompts, sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
-            return_logprob=body.logprobs is not None, top_logprobs_num=body.logprobs or 0,
-            logprob_start_len=0 if body.echo and body.logprobs is not None else -1, timeout=body.timeout,
+            input_ids=prompts,
+            sampling_params=params,
+            stream=body.stream,
+            return_text_in_logprobs=True,
+            return_logprob=body.logprobs is not None,
+            top_logprobs_num=body.logprobs or 0,
+            logprob_start_len=0 if body.echo and body.logprobs is not None else -1,
+            timeout=body.timeout,
         )
         if body.stream:
-            builder = StreamBuilder(model=model_name, chat=False, logprobs=body.logprobs is not None,
-                                    echo_texts=echo_texts, n=body.n)
+            builder = StreamBuilder(
+                model=model_name, chat=False, logprobs=body.logprobs is not None, echo_texts=echo_texts, n=body.n
+            )
             return await _stream(tm, obj, builder, _include_usage(body))
         results = await _collect(tm, obj, request)
         return completion_response(results, model_name, body.n, echo_texts, body.logprobs is not None)
@@ -91,8 +139,13 @@ def build_openai_router(tokenizer_manager, model_name: str, context_length: int)
         params = sampling_params(body, max_new if max_new is not None else max(context_length - len(input_ids), 0))
         params = plan.constrain(params, open_at_start)
         obj = GenerateReqInput(
-            input_ids=[input_ids], sampling_params=params, stream=body.stream, return_text_in_logprobs=True,
-            return_logprob=body.logprobs, top_logprobs_num=body.top_logprobs or 0, timeout=body.timeout,
+            input_ids=[input_ids],
+            sampling_params=params,
+            stream=body.stream,
+            return_text_in_logprobs=True,
+            return_logprob=body.logprobs,
+            top_logprobs_num=body.top_logprobs or 0,
+            timeout=body.timeout,
         )
         parser = ChoiceParser(plan, open_at_start)
         if body.stream:

@@ -8,8 +8,15 @@ from typing import Any
 
 from sgl_runtime.sampling_params import InvalidRequestError
 
-UNSUPPORTED_PARTS = {"image_url": "images", "image": "images", "input_image": "images", "input_audio": "audio",
-                     "audio": "audio", "file": "files", "video_url": "videos"}
+UNSUPPORTED_PARTS = {
+    "image_url": "images",
+    "image": "images",
+    "input_image": "images",
+    "input_audio": "audio",
+    "audio": "audio",
+    "file": "files",
+    "video_url": "videos",
+}
 CONSTRAINT_FIELDS = ("regex", "json_schema", "ebnf", "grammar", "choices")
 
 
@@ -25,7 +32,8 @@ def check_content_parts(body: Any) -> None:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in UNSUPPORTED_PARTS:
                 raise InvalidRequestError(
-                    f"messages[{i}].content[{j}]: {UNSUPPORTED_PARTS[kind]} are not supported by this server")
+                    f"messages[{i}].content[{j}]: {UNSUPPORTED_PARTS[kind]} are not supported by this server"
+                )
 
 
 def check_prompt_ids(prompts: list, vocab_size: int) -> None:

@@ -149,11 +149,22 @@ class ChatCompletionRequest(_SamplingFields):
     stream_reasoning: bool = True
 
 
-def error_response(status_code: int, message: str, err_type: str = "invalid_request_error",
-                   param: Optional[str] = None, code: Any = None) -> SafeJSONResponse:
+def error_response(
+    status_code: int,
+    message: str,
+    err_type: str = "invalid_request_error",
+    param: Optional[str] = None,
+    code: Any = None,
+) -> SafeJSONResponse:
     """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": err_type, "param": param,
-                      "code": code if code is not None else status_code}}
+    body = {
+        "error": {
+            "message": message,
+            "type": err_type,
+            "param": param,
+            "code": code if code is not None else status_code,
+        }
+    }
     return SafeJSONResponse(body, status_code=status_code)
 
 

@@ -28,8 +28,12 @@ def usage(results: list[dict], n: int) -> dict[str, int]:
     prompt = sum(r["meta_info"]["prompt_tokens"] for r in results) // max(n, 1)
     completion = sum(r["meta_info"]["completion_tokens"] for r in results)
     cached = sum(r["meta_info"]["cached_tokens"] for r in results) // max(n, 1)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 # ------------------------------------------------------------------------------ logprobs
@@ -77,28 +81,53 @@ def completion_response(results: list[dict], model: str, n: int, echo_texts: lis
     for index, result in enumerate(results):
         meta = result["meta_info"]
         echo = echo_texts[index // n] if echo_texts else ""
-        choice: dict[str, Any] = {"index": index, "text": echo + result["text"], "logprobs": None,
-                                  "finish_reason": finish_reason(result), "matched_stop": matched_stop(result)}
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": echo + result["text"],
+            "logprobs": None,
+            "finish_reason": finish_reason(result),
+            "matched_stop": matched_stop(result),
+        }
         if logprobs:
             in_entries, in_tops = prompt_logprobs(meta) if echo_texts else ([], [])
-            choice["logprobs"] = completion_logprobs(in_entries + meta["output_token_logprobs"],
-                                                     in_tops + _tops(meta, "output", meta["output_token_logprobs"]))
+            choice["logprobs"] = completion_logprobs(
+                in_entries + meta["output_token_logprobs"],
+                in_tops + _tops(meta, "output", meta["output_token_logprobs"]),
+            )
         choices.append(choice)
-    return {"id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage(results, n)}
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(results, n),
+    }
 
 
 def chat_response(results: list[dict], model: str, n: int, logprobs: bool) -> dict:
     choices = []
     for index, result in enumerate(results):
         meta = result["meta_info"]
-        choices.append({
-            "index": index, "message": {"role": "assistant", "content": result["text"]},
-            "logprobs": chat_logprobs(meta["output_token_logprobs"], meta["output_top_logprobs"]) if logprobs else None,
-            "finish_reason": finish_reason(result), "matched_stop": matched_stop(result),
-        })
-    return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": choices, "usage": usage(results, n)}
+        choices.append(
+            {
+                "index": index,
+                "message": {"role": "assistant", "content": result["text"]},
+                "logprobs": chat_logprobs(meta["output_token_logprobs"], meta["output_top_logprobs"])
+                if logprobs
+                else None,
+                "finish_reason": finish_reason(result),
+                "matched_stop": matched_stop(result),
+            }
+        )
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(results, n),
+    }
 
 
 # ------------------------------------------------------------------------------ streaming
@@ -132,7 +161,7 @@ class StreamBuilder:
     def chunk(self, result: dict) -> dict:
         index = result.get("index", 0)
         cursor = self.cursors.setdefault(index, StreamCursor())
-        text = result["text"][cursor.text_len:]
+        text = result["text"][cursor.text_len :]
         cursor.text_len = len(result["text"])
         meta = result["meta_info"]
         entries, tops = self._new_logprobs(meta, cursor)
@@ -169,7 +198,7 @@ class StreamBuilder:
             return [], []
         entries = meta.get("output_token_logprobs") or []
         tops = meta.get("output_top_logprobs") or []
-        new_entries, new_tops = entries[cursor.logprob_len:], tops[cursor.logprob_len:]
+        new_entries, new_tops = entries[cursor.logprob_len :], tops[cursor.logprob_len :]
         new_tops = new_tops + [None] * (len(new_entries) - len(new_tops))
         if not cursor.started and self.echo_texts:
             in_entries, in_tops = prompt_logprobs(meta)

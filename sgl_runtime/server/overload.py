@@ -42,7 +42,8 @@ class AdmissionGate:
         if sequences > self.max_per_request:
             raise InvalidRequestError(
                 f"n: {prompts} prompt(s) give {sequences} sequences, more than the server's limit of "
-                f"{self.max_per_request} per request (--max-sequences-per-request)")
+                f"{self.max_per_request} per request (--max-sequences-per-request)"
+            )
 
     def admit(self, sequences: int) -> None:
         """Count `sequences` in; raise ServerBusyError when draining or full. Pair with `release`."""
@@ -52,9 +53,11 @@ class AdmissionGate:
         limit = self.limit
         if limit is not None and self.in_flight + sequences > limit:
             self.rejected += 1
-            raise ServerBusyError(f"the server is overloaded: {self.in_flight} sequences in flight, the queue "
-                                  f"holds {self.max_queued} beyond the running capacity of {self.capacity}; "
-                                  "retry later")
+            raise ServerBusyError(
+                f"the server is overloaded: {self.in_flight} sequences in flight, the queue "
+                f"holds {self.max_queued} beyond the running capacity of {self.capacity}; "
+                "retry later"
+            )
         self.in_flight += sequences
 
     def release(self, sequences: int) -> None:
@@ -67,8 +70,7 @@ def request_deadline(timeout: Any, default: Optional[float], arrival: float) -> 
         timeout = default
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-            or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise InvalidRequestError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     return arrival + float(timeout)
 

@@ -47,7 +47,7 @@ def split_reasoning(text: str, fmt: ReasoningFormat, open_at_start: bool, final:
     body = text
     stripped = text.lstrip()
     if stripped.startswith(fmt.start):
-        body, open_at_start = stripped[len(fmt.start):], True
+        body, open_at_start = stripped[len(fmt.start) :], True
     elif not open_at_start:
         if not final and stripped and fmt.start.startswith(stripped):
             return "", "", False  # may still become <think>
@@ -56,11 +56,11 @@ def split_reasoning(text: str, fmt: ReasoningFormat, open_at_start: bool, final:
         return "", text, True
     k = body.find(fmt.end)
     if k >= 0:
-        return body[:k].strip("\n"), body[k + len(fmt.end):].lstrip("\n"), True
+        return body[:k].strip("\n"), body[k + len(fmt.end) :].lstrip("\n"), True
     if final:
         return body.strip("\n"), "", False
     held = _partial_suffix(body, fmt.end)
-    return body[:len(body) - held].strip("\n"), "", False  # trailing newlines wait: they may end it
+    return body[: len(body) - held].strip("\n"), "", False  # trailing newlines wait: they may end it
 
 
 def _partial_suffix(text: str, marker: str) -> int:

@@ -25,8 +25,9 @@ class ReqState:
     created: float = field(default_factory=time.perf_counter)
     text: str = ""
     output_ids: list = field(default_factory=list)
-    counts: dict = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                                                        "forward_passes": 0})
+    counts: dict = field(
+        default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "forward_passes": 0}
+    )
     logprobs: dict = field(default_factory=dict)
     finished_reason: Optional[dict] = None
     error: Optional[str] = None

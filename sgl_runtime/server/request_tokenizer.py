@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sgl_runtime.io_struct import TokenizedGenerateReqInput
+from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server.generate_request import SingleRequest
 from sgl_runtime.server.json_body import check_json_value
-from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
 
@@ -27,10 +27,17 @@ class ModelInfo:
         """Read from the checkpoint's config files (no weights are loaded)."""
         from sgl_runtime.model_config import ModelConfig
 
-        config = ModelConfig.from_path(server_args.model_path, dtype=server_args.dtype,
-                                       context_length=server_args.context_length, device=server_args.resolved_device)
-        return ModelInfo(context_length=config.context_length, vocab_size=config.vocab_size,
-                         eos_token_ids=frozenset(config.eos_token_ids))
+        config = ModelConfig.from_path(
+            server_args.model_path,
+            dtype=server_args.dtype,
+            context_length=server_args.context_length,
+            device=server_args.resolved_device,
+        )
+        return ModelInfo(
+            context_length=config.context_length,
+            vocab_size=config.vocab_size,
+            eos_token_ids=frozenset(config.eos_token_ids),
+        )
 
 
 class RequestTokenizer:
@@ -41,30 +48,38 @@ class RequestTokenizer:
 
         self.server_args = server_args
         self.model_info = model_info
-        self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path or server_args.model_path,
-                                                     server_args.chat_template)
-        self.sampling_defaults = (read_generation_defaults(server_args.model_path)
-                                  if server_args.sampling_defaults == "model" and server_args.model_path else {})
+        self.tokenizer = tokenizer or load_tokenizer(
+            server_args.tokenizer_path or server_args.model_path, server_args.chat_template
+        )
+        self.sampling_defaults = (
+            read_generation_defaults(server_args.model_path)
+            if server_args.sampling_defaults == "model" and server_args.model_path
+            else {}
+        )
 
-    def chat_prompt_ids(self, messages: list[dict], tools: Optional[list[dict]] = None,
-                        template_kwargs: Optional[dict] = None) -> list[int]:
+    def chat_prompt_ids(
+        self, messages: list[dict], tools: Optional[list[dict]] = None, template_kwargs: Optional[dict] = None
+    ) -> list[int]:
         """Token ids of `messages` rendered with the chat template, ending with the assistant prompt."""
         return self.tokenizer.encode(self.chat_prompt_text(messages, tools, template_kwargs), add_special_tokens=False)
 
-    def chat_prompt_text(self, messages: list[dict], tools: Optional[list[dict]] = None,
-                         template_kwargs: Optional[dict] = None) -> str:
+    def chat_prompt_text(
+        self, messages: list[dict], tools: Optional[list[dict]] = None, template_kwargs: Optional[dict] = None
+    ) -> str:
         """`messages` (and `tools`, as transformers passes them) rendered with the chat template."""
         from sgl_runtime.tokenizer_utils import get_chat_template
 
         if not get_chat_template(self.tokenizer):
             raise InvalidRequestError(
-                "this model's tokenizer has no chat template; start the server with --chat-template")
+                "this model's tokenizer has no chat template; start the server with --chat-template"
+            )
         reserved = {"tokenize", "add_generation_prompt", "tools", "conversation"} & set(template_kwargs or {})
         if reserved:
             raise InvalidRequestError(f"chat_template_kwargs: {', '.join(sorted(reserved))} cannot be set")
         try:
-            return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                      add_generation_prompt=True, **(template_kwargs or {}))
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+            )
         except Exception as exc:  # jinja2 errors (e.g. raise_exception in the template)
             raise InvalidRequestError(f"messages: the chat template failed: {exc}") from exc
 
@@ -84,10 +99,15 @@ class RequestTokenizer:
         self._check_token_ids_logprob(single.token_ids_logprob)
         start = single.logprob_start_len
         return TokenizedGenerateReqInput(
-            rid=single.rid, input_text=single.text, input_ids=list(input_ids), sampling_params=params,
+            rid=single.rid,
+            input_text=single.text,
+            input_ids=list(input_ids),
+            sampling_params=params,
             return_logprob=single.return_logprob,
             logprob_start_len=min(start, len(input_ids) - 1) if single.return_logprob else start,
-            top_logprobs_num=single.top_logprobs_num, token_ids_logprob=single.token_ids_logprob, stream=single.stream,
+            top_logprobs_num=single.top_logprobs_num,
+            token_ids_logprob=single.token_ids_logprob,
+            stream=single.stream,
         )
 
     def _check_token_ids_logprob(self, token_ids: Optional[list[int]]) -> None:
@@ -110,4 +130,5 @@ class RequestTokenizer:
         if len(input_ids) + params.max_new_tokens > limit:
             raise InvalidRequestError(
                 f"sampling_params.max_new_tokens: {len(input_ids)} prompt tokens + {params.max_new_tokens} new tokens "
-                f"exceed the model's context length of {limit}")
+                f"exceed the model's context length of {limit}"
+            )

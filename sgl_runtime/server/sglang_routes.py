@@ -42,8 +42,13 @@ def build_sglang_router(tm) -> APIRouter:
 
     @router.get("/v1/loads")
     async def get_loads() -> dict[str, Any]:
-        return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": __version__,
-                "accelerator": None, "num_accelerators": 1, "loads": [_load(await tm.get_stats())]}
+        return {
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": __version__,
+            "accelerator": None,
+            "num_accelerators": 1,
+            "loads": [_load(await tm.get_stats())],
+        }
 
     @router.post("/tokenize")
     @router.post("/v1/tokenize")
@@ -78,9 +83,14 @@ def build_sglang_router(tm) -> APIRouter:
 def _load(stats: dict[str, Any]) -> dict[str, Any]:
     """One data-parallel rank's load, as SGLang reports it (the gateway reads num_tokens)."""
     used = int(round(stats.get("token_usage", 0.0) * stats.get("max_total_num_tokens", 0)))
-    return {"dp_rank": 0, "num_reqs": stats.get("num_running_reqs", 0) + stats.get("num_waiting_reqs", 0),
-            "num_running_reqs": stats.get("num_running_reqs", 0), "num_waiting_reqs": stats.get("num_waiting_reqs", 0),
-            "num_tokens": used, "token_usage": stats.get("token_usage", 0.0)}
+    return {
+        "dp_rank": 0,
+        "num_reqs": stats.get("num_running_reqs", 0) + stats.get("num_waiting_reqs", 0),
+        "num_running_reqs": stats.get("num_running_reqs", 0),
+        "num_waiting_reqs": stats.get("num_waiting_reqs", 0),
+        "num_tokens": used,
+        "token_usage": stats.get("token_usage", 0.0),
+    }
 
 
 class IncrementalLogprobs:

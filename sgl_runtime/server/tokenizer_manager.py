@@ -12,17 +12,27 @@ import time
 from typing import Any, AsyncIterator, Optional
 
 from sgl_runtime.io_struct import (
-    AbortReq, BatchStrOut, FlushCacheOut, FlushCacheReq, GenerateReqInput, GetStatsOut, GetStatsReq,
+    AbortReq,
+    BatchStrOut,
+    FlushCacheOut,
+    FlushCacheReq,
+    GenerateReqInput,
+    GetStatsOut,
+    GetStatsReq,
     TokenizedGenerateReqInput,
 )
+from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server.generate_request import SingleRequest, split_generate_request
 from sgl_runtime.server.overload import (
-    AdmissionGate, RequestTimeoutError, ServerBusyError, request_deadline, seconds_left,
+    AdmissionGate,
+    RequestTimeoutError,
+    ServerBusyError,
+    request_deadline,
+    seconds_left,
 )
 from sgl_runtime.server.request_log import log_request_arrival, log_request_finish
 from sgl_runtime.server.request_state import ReqState
 from sgl_runtime.server.request_tokenizer import ModelInfo, RequestTokenizer
-from sgl_runtime.sampling_params import InvalidRequestError, SamplingParams
 from sgl_runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -39,18 +49,22 @@ class ClientDisconnected(Exception):
 class TokenizerManager:
     """rid -> ReqState for every request in flight; tokenizing and validation are RequestTokenizer's."""
 
-    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, transport, metrics=None,
-                 tokenizer=None) -> None:
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, transport, metrics=None, tokenizer=None) -> None:
         self.server_args = server_args
         self.model_info = model_info
         self.metrics = metrics
         self.requests = RequestTokenizer(server_args, model_info, tokenizer)
-        self.admission = AdmissionGate(server_args.max_queued_requests, server_args.max_sequences_per_request,
-                                       capacity=server_args.max_running_requests or 0)
+        self.admission = AdmissionGate(
+            server_args.max_queued_requests,
+            server_args.max_sequences_per_request,
+            capacity=server_args.max_running_requests or 0,
+        )
         self.tokenizer = self.requests.tokenizer
         self.states: dict[str, ReqState] = {}
-        self._pending_control: dict[type, collections.deque] = {FlushCacheOut: collections.deque(),
-                                                                GetStatsOut: collections.deque()}
+        self._pending_control: dict[type, collections.deque] = {
+            FlushCacheOut: collections.deque(),
+            GetStatsOut: collections.deque(),
+        }
         self._transport = transport  # server.transport.ZmqTransport, or in_process.InProcessTransport
         self._receiver: Optional[asyncio.Task] = None
 
@@ -125,9 +139,16 @@ class TokenizerManager:
         finally:
             self.admission.release(sequences)
 
-    async def _generate(self, obj: GenerateReqInput, singles: list[SingleRequest],
-                        prepared: list[TokenizedGenerateReqInput], is_batch: bool, request: Any, arrival: float,
-                        deadline: Optional[float]) -> AsyncIterator[Any]:
+    async def _generate(
+        self,
+        obj: GenerateReqInput,
+        singles: list[SingleRequest],
+        prepared: list[TokenizedGenerateReqInput],
+        is_batch: bool,
+        request: Any,
+        arrival: float,
+        deadline: Optional[float],
+    ) -> AsyncIterator[Any]:
         self._check_rids_free(prepared)
         updates: asyncio.Queue = asyncio.Queue()
         states: list[ReqState] = []
@@ -191,7 +212,9 @@ class TokenizerManager:
         if tokenized.sampling_params.n <= 1 or self.server_args.disable_radix_cache:
             return
         prefill = TokenizedGenerateReqInput(
-            rid=f"{tokenized.rid}-prefill", input_text=tokenized.input_text, input_ids=tokenized.input_ids,
+            rid=f"{tokenized.rid}-prefill",
+            input_text=tokenized.input_text,
+            input_ids=tokenized.input_ids,
             sampling_params=SamplingParams(max_new_tokens=0),
         )
         state = self._register(prefill, None, asyncio.Queue(), 0)
@@ -203,19 +226,30 @@ class TokenizerManager:
                 self.abort(state.rid)
             self.states.pop(state.rid, None)
 
-    def _register(self, tokenized: TokenizedGenerateReqInput, single: Optional[SingleRequest],
-                  updates: asyncio.Queue, index: int, arrival: Optional[float] = None) -> ReqState:
-        state = ReqState(request=tokenized, updates=updates, index=index,
-                         return_text_in_logprobs=bool(single and single.return_text_in_logprobs),
-                         created=arrival if arrival is not None else time.perf_counter())
+    def _register(
+        self,
+        tokenized: TokenizedGenerateReqInput,
+        single: Optional[SingleRequest],
+        updates: asyncio.Queue,
+        index: int,
+        arrival: Optional[float] = None,
+    ) -> ReqState:
+        state = ReqState(
+            request=tokenized,
+            updates=updates,
+            index=index,
+            return_text_in_logprobs=bool(single and single.return_text_in_logprobs),
+            created=arrival if arrival is not None else time.perf_counter(),
+        )
         self.states[tokenized.rid] = state
         if self.server_args.log_requests and single is not None:
             log_request_arrival(tokenized)
         self._transport.send(tokenized)
         return state
 
-    async def _updates(self, states: list[ReqState], updates: asyncio.Queue, request: Any,
-                       deadline: Optional[float] = None) -> AsyncIterator[ReqState]:
+    async def _updates(
+        self, states: list[ReqState], updates: asyncio.Queue, request: Any, deadline: Optional[float] = None
+    ) -> AsyncIterator[ReqState]:
         """Yield each state as it changes until all have finished; abort all if the client leaves;
         past the deadline, fail (and abort) the unfinished ones with a timeout error."""
         unfinished = {state.rid for state in states}
@@ -225,8 +259,10 @@ class TokenizerManager:
             if left is not None and left <= 0:
                 for state in states:
                     if state.rid in unfinished and not state.finished:
-                        state.fail(f"the request timed out after {self._timeout_of(deadline, state):.3g} s and "
-                                   "was aborted", code=408)
+                        state.fail(
+                            f"the request timed out after {self._timeout_of(deadline, state):.3g} s and was aborted",
+                            code=408,
+                        )
                         self.abort(state.rid)
                         self._count_abort()
                 deadline = None
@@ -265,8 +301,14 @@ class TokenizerManager:
 
     def _chunk(self, state: ReqState, multi: bool) -> dict[str, Any]:
         if state.error:
-            return {"error": {"message": state.error, "type": ERROR_TYPES.get(state.error_code, "invalid_request_error"),
-                              "param": None, "code": state.error_code}}
+            return {
+                "error": {
+                    "message": state.error,
+                    "type": ERROR_TYPES.get(state.error_code, "invalid_request_error"),
+                    "param": None,
+                    "code": state.error_code,
+                }
+            }
         chunk = state.response()
         if multi:
             chunk["index"] = state.index
@@ -286,7 +328,6 @@ class TokenizerManager:
         return await asyncio.wait_for(future, timeout=CONTROL_TIMEOUT_S)
 
 
-
 def _expand_n(tokenized: TokenizedGenerateReqInput) -> list[TokenizedGenerateReqInput]:
     params = tokenized.sampling_params
     if params.n == 1:
@@ -294,8 +335,9 @@ def _expand_n(tokenized: TokenizedGenerateReqInput) -> list[TokenizedGenerateReq
     copies = []
     for j in range(params.n):
         seed = None if params.seed is None else params.seed + j
-        copies.append(dataclasses.replace(tokenized, rid=f"{tokenized.rid}-{j}",
-                                          sampling_params=params.replace(n=1, seed=seed)))
+        copies.append(
+            dataclasses.replace(tokenized, rid=f"{tokenized.rid}-{j}", sampling_params=params.replace(n=1, seed=seed))
+        )
     return copies
 
 

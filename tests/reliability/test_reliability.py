@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from server_fixtures import ServerProcess, descendant_pids, flush_when_idle, pid_alive, wait_idle
-
 from hostile_requests import hostile_requests
+from server_fixtures import ServerProcess, descendant_pids, flush_when_idle, pid_alive, wait_idle
 
 LONG = os.environ.get("SGL_RELIABILITY_LONG") == "1"
 NUM_HOSTILE = 10_000 if LONG else 1_000
@@ -34,9 +33,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def busy_server():
-    server = ServerProcess("--max-running-requests", "4", "--max-queued-requests", "4",
-                           "--constraint-compile-timeout", str(COMPILE_TIMEOUT_S),
-                           "--graceful-shutdown-timeout", "60").wait_ready()
+    server = ServerProcess(
+        "--max-running-requests",
+        "4",
+        "--max-queued-requests",
+        "4",
+        "--constraint-compile-timeout",
+        str(COMPILE_TIMEOUT_S),
+        "--graceful-shutdown-timeout",
+        "60",
+    ).wait_ready()
     yield server
     server.stop()
 
@@ -79,8 +85,12 @@ def test_hostile_requests_get_4xx_while_a_canary_completes(busy_server):
 
 
 CLIENTS, DURATION_S = (128, 600.0) if LONG else (6, 15.0)
-MIXED = [{}, {"regex": "(yes|no), [0-9]{1,3}"}, {"choices": ["alpha", "beta", "gamma"]},
-         {"json_schema": json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})}]
+MIXED = [
+    {},
+    {"regex": "(yes|no), [0-9]{1,3}"},
+    {"choices": ["alpha", "beta", "gamma"]},
+    {"json_schema": json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})},
+]
 
 
 def _stream_text(url: str, body: dict) -> str:
@@ -106,8 +116,10 @@ def test_concurrent_streaming_clients_mixed_constraints(busy_server):
         local = random.Random(rng.random())
         while time.monotonic() < deadline:
             constraint = local.choice(MIXED)
-            body = {"text": f"client {k} says {local.randrange(1000)}:",
-                    "sampling_params": {"max_new_tokens": 16, "temperature": 0, **constraint}}
+            body = {
+                "text": f"client {k} says {local.randrange(1000)}:",
+                "sampling_params": {"max_new_tokens": 16, "temperature": 0, **constraint},
+            }
             try:
                 text = _stream_text(busy_server.url, body)
                 whole = requests.post(f"{busy_server.url}/generate", json=body, timeout=600).json()["text"]
@@ -134,8 +146,11 @@ def test_mid_stream_disconnects_abort_and_free_the_pool(busy_server):
     flush_when_idle(busy_server.url)
     baseline = wait_idle(busy_server.url)["available_kv_tokens"]
     for i in range(100):
-        body = {"text": f"disconnect {i}", "stream": True,
-                "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+        body = {
+            "text": f"disconnect {i}",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 400, "ignore_eos": True},
+        }
         with requests.post(f"{busy_server.url}/generate", json=body, stream=True, timeout=60) as r:
             assert r.status_code == 200
             next(r.iter_lines())  # first chunk arrived: the request is running; now hang up
@@ -172,17 +187,30 @@ def test_queue_cap_gives_503_with_retry_after_then_recovers(busy_server):
 def test_request_timeout_aborts_cleanly(busy_server):
     long = {"max_new_tokens": 3000, "ignore_eos": True}
     start = time.monotonic()
-    r = requests.post(f"{busy_server.url}/generate", json={"text": "slow", "timeout": 0.5, "sampling_params": long},
-                      timeout=120)
+    r = requests.post(
+        f"{busy_server.url}/generate", json={"text": "slow", "timeout": 0.5, "sampling_params": long}, timeout=120
+    )
     assert r.status_code == 408 and "timed out" in r.json()["error"]["message"], r.text
     assert time.monotonic() - start < 10
-    with requests.post(f"{busy_server.url}/generate", stream=True, timeout=120,
-                       json={"text": "slow", "timeout": 0.5, "stream": True, "sampling_params": long}) as r:
+    with requests.post(
+        f"{busy_server.url}/generate",
+        stream=True,
+        timeout=120,
+        json={"text": "slow", "timeout": 0.5, "stream": True, "sampling_params": long},
+    ) as r:
         lines = [line for line in r.iter_lines(decode_unicode=True) if line]
     error = json.loads(lines[-2][6:])["error"]
     assert error["code"] == 408 and lines[-1] == "data: [DONE]"
-    chat = requests.post(f"{busy_server.url}/v1/chat/completions", timeout=120, json={
-        "messages": [{"role": "user", "content": "slow"}], "max_tokens": 3000, "ignore_eos": True, "timeout": 0.5})
+    chat = requests.post(
+        f"{busy_server.url}/v1/chat/completions",
+        timeout=120,
+        json={
+            "messages": [{"role": "user", "content": "slow"}],
+            "max_tokens": 3000,
+            "ignore_eos": True,
+            "timeout": 0.5,
+        },
+    )
     assert chat.status_code == 408 and set(chat.json()["error"]) == {"message", "type", "param", "code"}
     stats = wait_idle(busy_server.url, timeout=60)
     assert stats["num_running_reqs"] == 0
@@ -229,8 +257,11 @@ def test_dead_scheduler_ends_streams_with_an_error_and_the_server_exits():
         time.sleep(1.5)
         pids = server.server_info()["process_ids"]
         children = descendant_pids(server.proc.pid)
-        ipc = [p.parent for p in Path(tempfile.gettempdir()).glob("sgl_runtime_ipc_*/owner.pid")
-               if p.read_text() == str(server.proc.pid)]
+        ipc = [
+            p.parent
+            for p in Path(tempfile.gettempdir()).glob("sgl_runtime_ipc_*/owner.pid")
+            if p.read_text() == str(server.proc.pid)
+        ]
         assert len(ipc) == 1
         start = time.monotonic()
         os.kill(pids["scheduler"], signal.SIGKILL)

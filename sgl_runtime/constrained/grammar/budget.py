@@ -24,12 +24,12 @@ from sgl_runtime.constrained.grammar.engine import GrammarState
 from sgl_runtime.constrained.jump_forward import tokenize_forced
 
 
-
 class _Grammar(Protocol):
     """What a completion planner reads of its grammar constraint (compiler.GrammarConstraint)."""
 
     engine: Any
     vocabulary: Any
+
 
 CHECK_TOKENS = 40
 MARGIN = 6

@@ -46,9 +46,17 @@ def compile_grammar(spec: str, vocabulary: Vocabulary, **options: Any) -> "Gramm
 class GrammarConstraint(Constraint):
     """A compiled lark grammar over one vocabulary; masks cached per grammar state."""
 
-    def __init__(self, spec: str, vocabulary: Vocabulary, start: str = "start",
-                 max_ignore_bytes: int = 32, max_ignored_run: int = 4, warmup_s: float = 1.0,
-                 mask_cache_size: int = 512, syntax: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        spec: str,
+        vocabulary: Vocabulary,
+        start: str = "start",
+        max_ignore_bytes: int = 32,
+        max_ignored_run: int = 4,
+        warmup_s: float = 1.0,
+        mask_cache_size: int = 512,
+        syntax: Optional[str] = None,
+    ) -> None:
         self.spec = spec
         self.vocabulary = vocabulary
         self.lark = build_parser(spec, syntax, start)

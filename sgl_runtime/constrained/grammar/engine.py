@@ -40,8 +40,7 @@ class GrammarState:
 class GrammarEngine:
     """Lexer contexts, parser stacks and the scalar byte-level semantics of one grammar."""
 
-    def __init__(self, parser, start: str = "start", max_ignore_bytes: int = 32,
-                 max_ignored_run: int = 4) -> None:
+    def __init__(self, parser, start: str = "start", max_ignore_bytes: int = 32, max_ignored_run: int = 4) -> None:
         if max_ignore_bytes < 1 or max_ignored_run < 1:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
@@ -50,11 +49,19 @@ class GrammarEngine:
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
         self.poison = len(self.type_names)
         self.ignored_types = {self.type_index[n] for n in parser.ignore_tokens}
-        missing = sorted({t for row in self.parser.states.values() for t in row
-                          if t.isupper() and t != "$END" and t not in self.type_index})
+        missing = sorted(
+            {
+                t
+                for row in self.parser.states.values()
+                for t in row
+                if t.isupper() and t != "$END" and t not in self.type_index
+            }
+        )
         if missing:
-            raise ConstraintError(f"unsupported lark grammar: terminals without a pattern {missing} "
-                                  "(%declare'd terminals need a postlexer, which constraints cannot run)")
+            raise ConstraintError(
+                f"unsupported lark grammar: terminals without a pattern {missing} "
+                "(%declare'd terminals need a postlexer, which constraints cannot run)"
+            )
         self.max_ignore_bytes = max_ignore_bytes
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
@@ -134,7 +141,7 @@ class GrammarEngine:
                 tail = b""
                 continue
             y = int(ctx.nxt[x, b])
-            tail = b"" if (code == ACCEPT or ctx.winner[y] < 0) else tail + buf[i:i + 1]
+            tail = b"" if (code == ACCEPT or ctx.winner[y] < 0) else tail + buf[i : i + 1]
             x = y
             i += 1
         return GrammarState(stack, ignored, x, tail)
@@ -191,7 +198,15 @@ class GrammarEngine:
             if callback is not None and not isinstance(callback, UnlessCallback):
                 raise ConstraintError(f"unsupported lark lexer callback on {terminal.name}")
             unless = list(callback.scanner.terminals) if callback is not None else []
-            slots.append(build_slot(terminal, unless, terminal.name in basic.ignore_types,
-                                    self.type_index, self.poison, self.max_ignore_bytes,
-                                    self._dfa_cache))
+            slots.append(
+                build_slot(
+                    terminal,
+                    unless,
+                    terminal.name in basic.ignore_types,
+                    self.type_index,
+                    self.poison,
+                    self.max_ignore_bytes,
+                    self._dfa_cache,
+                )
+            )
         return LexerContext(slots)

@@ -20,7 +20,6 @@ from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.jump_forward import tokenize_forced, whole_characters
 
 
-
 class _Grammar(Protocol):
     """What the forced-text finder reads of its grammar constraint (compiler.GrammarConstraint)."""
 
@@ -32,6 +31,7 @@ class _Grammar(Protocol):
     def bitmask(self, state: GrammarState) -> np.ndarray: ...
 
     def step(self, state: GrammarState, token_id: int) -> Optional[GrammarState]: ...
+
 
 MAX_FORCED_BYTES = 256
 
@@ -102,8 +102,9 @@ class ForcedTokens:
     def _could_span(self, state: GrammarState, rest: bytes) -> bool:
         """Whether a token allowed at `state` covers `rest` and goes on past it."""
         table = self.constraint.table
-        allowed = np.nonzero(np.unpackbits(self.constraint.bitmask(state).view(np.uint8),
-                                           bitorder="little")[:table.size])[0]
+        allowed = np.nonzero(
+            np.unpackbits(self.constraint.bitmask(state).view(np.uint8), bitorder="little")[: table.size]
+        )[0]
         longer = allowed[table.lens[allowed] > len(rest)]
         if not longer.size:
             return False

@@ -81,7 +81,7 @@ def unsafe_lexemes(parser: lark.Lark, lowered: LoweredGrammar) -> frozenset:
     for row in parser.parser.parser.parser.parse_table.states.values():
         names = [n for n in row if n in first]
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 if (a in lowered.lexemes or b in lowered.lexemes) and (first[a] & first[b]).any():
                     unsafe.update(n for n in (a, b) if n in lowered.lexemes)
     follow = _terminal_follow(parser)
@@ -97,6 +97,7 @@ def unsafe_lexemes(parser: lark.Lark, lowered: LoweredGrammar) -> frozenset:
 
 
 # ---- private ------------------------------------------------------------------------------------
+
 
 def _lark(lowered: LoweredGrammar) -> lark.Lark:
     try:
@@ -122,7 +123,7 @@ def _terminal_follow(parser: lark.Lark) -> dict:
             if not sym.is_term:
                 continue
             after = out.setdefault(sym.name, set())
-            for nxt in expansion[i + 1:]:
+            for nxt in expansion[i + 1 :]:
                 after.update(t.name for t in (first[nxt] if not nxt.is_term else {nxt}))
                 if nxt not in nullable:
                     break

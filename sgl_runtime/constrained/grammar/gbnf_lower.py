@@ -17,15 +17,14 @@ GBNF has no lexer: its language is over characters. The translation keeps it so,
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 
 from interegular.fsm import FSM, Alphabet, TransitionKey, epsilon, null
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.gbnf_cells import cell_regex, cells_of, no_surrogates
 from sgl_runtime.constrained.grammar.gbnf_syntax import (
-    MAX_CODE_POINT,
     Alt,
     Chars,
     GbnfGrammar,
@@ -36,7 +35,6 @@ from sgl_runtime.constrained.grammar.gbnf_syntax import (
 )
 
 MAX_RULE_STATES = 20_000  # DFA states over all rules (each becomes a lark rule)
-_SURROGATES = (0xD800, 0xDFFF)
 
 
 @dataclass(frozen=True)
@@ -50,12 +48,16 @@ def lexeme_candidates(grammar: GbnfGrammar) -> list[str]:
     """Rules that may become one lark terminal: not recursive, not `root`, never empty."""
     reachable = _reachable(grammar)
     recursive = _recursive(grammar, reachable)
-    return sorted(n for n in reachable - {"root"}
-                  if not (_reachable_from(grammar, n) & recursive) and not _nullable(grammar, grammar.rules[n]))
+    return sorted(
+        n
+        for n in reachable - {"root"}
+        if not (_reachable_from(grammar, n) & recursive) and not _nullable(grammar, grammar.rules[n])
+    )
 
 
-def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: bool = False,
-               right: bool = False) -> LoweredGrammar:
+def lower_gbnf(
+    grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: bool = False, right: bool = False
+) -> LoweredGrammar:
     """The lark grammar (start rule `start`) whose language is exactly `grammar`'s: every rule
     its own nonterminal except the `lexemes` (from lexeme_candidates), each one lark terminal
     matching the rule's regular language (exact only where gbnf_build.unsafe_lexemes agrees);
@@ -66,10 +68,11 @@ def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: b
     reachable = _reachable(grammar)
     kept_set = _recursive(grammar, reachable) if inline else reachable - set(lexemes)
     kept = ["root"] + sorted(n for n in kept_set if n != "root")
-    cells, cell_of_set = _cells(grammar, reachable - set(lexemes))
+    cells, cell_of_set = cells_of(grammar, reachable - set(lexemes))
     lexeme_names = {n: f"L{i}" for i, n in enumerate(sorted(lexemes))}
-    symbols = ([("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept]
-               + [("lex", n) for n in lexeme_names])
+    symbols = (
+        [("cell", i) for i in range(len(cells))] + [("rule", n) for n in kept] + [("lex", n) for n in lexeme_names]
+    )
     alphabet = Alphabet({s: TransitionKey(i) for i, s in enumerate(symbols)})
     builder = _FsmBuilder(grammar, set(kept), alphabet, cell_of_set)
     fsms = _drop_unproductive({name: _Dfa.of(builder.rule(name)) for name in kept})
@@ -81,31 +84,38 @@ def lower_gbnf(grammar: GbnfGrammar, lexemes: frozenset = frozenset(), inline: b
         rule_lines, states = (_right_linear if right else _left_linear)(prefixes[name], fsm, prefixes, lexeme_names)
         total += states
         if total > MAX_RULE_STATES:
-            raise ConstraintError(f"GBNF grammar too large: its rules need more than {MAX_RULE_STATES} "
-                                  "automaton states")
+            raise ConstraintError(
+                f"GBNF grammar too large: its rules need more than {MAX_RULE_STATES} automaton states"
+            )
         lines += rule_lines
     for i, cell in enumerate(cells):
-        lines.append(f"C{i}: /{_cell_regex(cell)}/")
+        lines.append(f"C{i}: /{cell_regex(cell)}/")
     for name, terminal in lexeme_names.items():
         lines.append(f"{terminal}: /{_regex(grammar, grammar.rules[name])}/")
-    return LoweredGrammar("\n".join(lines) + "\n", {p: n for n, p in prefixes.items()},
-                          {t: n for n, t in lexeme_names.items()})
+    return LoweredGrammar(
+        "\n".join(lines) + "\n", {p: n for n, p in prefixes.items()}, {t: n for n, t in lexeme_names.items()}
+    )
 
 
 def explain_conflict(message: str, lowered: LoweredGrammar) -> str:
     """lark's strict-mode conflict report with the lark rule names turned back into GBNF names."""
+
     def name(match: re.Match) -> str:
         return repr(lowered.rule_names.get(match.group(1), match.group(1)))
+
     first = re.sub(r"Terminal\('C\d+'\)", "a character", " ".join(message.split()))
     rule = r"\b(start|rule_\d+)(?:_\d+)?\b"
     rules = sorted({name(m) for m in re.finditer(rule, message)})
     first = re.sub(rule, name, first)
-    return (f"GBNF grammar is ambiguous or needs more than one character of lookahead "
-            f"(not LALR(1) at the character level) in rule(s) {', '.join(rules) or '?'}: "
-            f"{first}")
+    return (
+        f"GBNF grammar is ambiguous or needs more than one character of lookahead "
+        f"(not LALR(1) at the character level) in rule(s) {', '.join(rules) or '?'}: "
+        f"{first}"
+    )
 
 
 # ---- private: rules -----------------------------------------------------------------------------
+
 
 def _reachable(grammar: GbnfGrammar) -> set[str]:
     seen, todo = {"root"}, ["root"]
@@ -143,7 +153,7 @@ def _nullable(grammar: GbnfGrammar, node: Node) -> bool:
 def _regex(grammar: GbnfGrammar, node: Node) -> str:
     """A regex (in lark's /.../ spelling) for a non-recursive node."""
     if isinstance(node, Chars):
-        return _cell_regex(_no_surrogates(node.ranges))
+        return cell_regex(no_surrogates(node.ranges))
     if isinstance(node, Seq):
         return "".join(_regex(grammar, i) for i in node.items) if node.items else "(?:)"
     if isinstance(node, Alt):
@@ -172,47 +182,6 @@ def _recursive(grammar: GbnfGrammar, names: set[str]) -> set[str]:
     return out
 
 
-def _cells(grammar: GbnfGrammar, names):
-    """Disjoint code point cells (each a tuple of ranges) and each character set's cell ids."""
-    sets = sorted({_no_surrogates(c.ranges) for n in names for c in _chars(grammar.rules[n])})
-    bounds = sorted({b for s in sets for lo, hi in s for b in (lo, hi + 1)})
-    signature: dict = {}  # frozenset of set indices -> list of ranges
-    for lo, nxt in itertools.pairwise(bounds):
-        owners = frozenset(i for i, s in enumerate(sets) if _covers(s, lo))
-        if owners:
-            signature.setdefault(owners, []).append((lo, nxt - 1))
-    cells = [tuple(r) for r in signature.values()]
-    cell_of_set = {s: [] for s in sets}
-    for cid, owners in enumerate(signature):
-        for i in owners:
-            cell_of_set[sets[i]].append(cid)
-    return cells, cell_of_set
-
-
-def _chars(node: Node):
-    if isinstance(node, Chars):
-        yield node
-    elif isinstance(node, (Seq, Alt)):
-        for child in (node.items if isinstance(node, Seq) else node.options):
-            yield from _chars(child)
-    elif isinstance(node, Repeat):
-        yield from _chars(node.body)
-
-
-def _no_surrogates(ranges: tuple) -> tuple:
-    out = []
-    for lo, hi in ranges:
-        if lo < _SURROGATES[0]:
-            out.append((lo, min(hi, _SURROGATES[0] - 1)))
-        if hi > _SURROGATES[1]:
-            out.append((max(lo, _SURROGATES[1] + 1), hi))
-    return tuple(out)
-
-
-def _covers(ranges: tuple, cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in ranges)
-
-
 class _FsmBuilder:
     """Minimal DFAs of rule bodies over cells and kept (recursive) rule names."""
 
@@ -225,11 +194,12 @@ class _FsmBuilder:
 
     def node(self, node: Node) -> FSM:
         if isinstance(node, Chars):
-            keys = [self.alphabet[("cell", c)] for c in self.cell_of_set[_no_surrogates(node.ranges)]]
+            keys = [self.alphabet[("cell", c)] for c in self.cell_of_set[no_surrogates(node.ranges)]]
             return self._symbols(keys)
         if isinstance(node, Seq):
-            return FSM.concatenate(*[self.node(i) for i in node.items]).reduce() if node.items \
-                else epsilon(self.alphabet)
+            return (
+                FSM.concatenate(*[self.node(i) for i in node.items]).reduce() if node.items else epsilon(self.alphabet)
+            )
         if isinstance(node, Alt):
             return FSM.union(*[self.node(o) for o in node.options]).reduce()
         if isinstance(node, Repeat):
@@ -273,8 +243,12 @@ class _Dfa:
 
     def live(self, productive: set) -> set:
         """States on a path from the initial state to a final one over terminals and `productive` rules."""
-        edges = [(s, t) for s, row in self.trans.items() for sym, t in row.items()
-                 if sym[0] != "rule" or sym[1] in productive]
+        edges = [
+            (s, t)
+            for s, row in self.trans.items()
+            for sym, t in row.items()
+            if sym[0] != "rule" or sym[1] in productive
+        ]
         forward, todo = {self.initial}, [self.initial]
         while todo:
             s = todo.pop()
@@ -316,8 +290,11 @@ def _drop_unproductive(dfas: dict) -> dict:
         if name not in productive:
             continue
         live = dfa.live(productive)
-        trans = {s: {sym: t for sym, t in row.items() if t in live and (sym[0] != "rule" or sym[1] in productive)}
-                 for s, row in dfa.trans.items() if s in live}
+        trans = {
+            s: {sym: t for sym, t in row.items() if t in live and (sym[0] != "rule" or sym[1] in productive)}
+            for s, row in dfa.trans.items()
+            if s in live
+        }
         out[name] = _Dfa(dfa.initial, dfa.finals & live, trans)
     return out
 
@@ -353,35 +330,3 @@ def _right_linear(prefix: str, dfa: _Dfa, prefixes: dict, lexemes: dict) -> tupl
             alts.append("")
         lines.append(f"{prefix}_{i}: {' | '.join(sorted(alts))}")
     return lines, len(order)
-
-
-def _cell_regex(cell: tuple) -> str:
-    """A one-character class for `cell`, negated when that lists fewer code points (interegular
-    expands every listed range into its characters; what a negated class leaves out stays one
-    `anything_else` symbol)."""
-    size = sum(hi - lo + 1 for lo, hi in cell)
-    if size <= 256:
-        return f"[{''.join(_class_item(lo, hi) for lo, hi in cell)}]"
-    outside, start = [], 0
-    for lo, hi in list(cell) + [(MAX_CODE_POINT + 1, MAX_CODE_POINT + 1)]:
-        if lo > start:
-            outside.append((start, lo - 1))
-        start = hi + 1
-    outside = list(_no_surrogates(tuple(outside)))
-    if size <= sum(hi - lo + 1 for lo, hi in outside):
-        return f"[{''.join(_class_item(lo, hi) for lo, hi in cell)}]"
-    if not outside:
-        return "[\\s\\S]"
-    return f"[^{''.join(_class_item(lo, hi) for lo, hi in outside)}]"
-
-
-def _class_item(lo: int, hi: int) -> str:
-    return _escaped(lo) if lo == hi else f"{_escaped(lo)}-{_escaped(hi)}"
-
-
-def _escaped(cp: int) -> str:
-    if chr(cp) in "\\]^-[":
-        return "\\" + chr(cp)
-    if chr(cp) == "/":
-        return "\\/"
-    return f"\\U{cp:08x}" if cp > 0xFFFF else f"\\u{cp:04x}"

@@ -116,8 +116,9 @@ def parse_gbnf(text: str) -> GbnfGrammar:
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as exc:
-        raise ConstraintError(f"invalid GBNF grammar at line {exc.line} column {exc.column}: "
-                              f"{_describe(exc, text)}") from None
+        raise ConstraintError(
+            f"invalid GBNF grammar at line {exc.line} column {exc.column}: {_describe(exc, text)}"
+        ) from None
     except LarkError as exc:
         raise ConstraintError(f"invalid GBNF grammar: {exc}") from None
     rules: dict = {}
@@ -125,16 +126,19 @@ def parse_gbnf(text: str) -> GbnfGrammar:
         head, body = rule.children
         name = head.value[:-3].strip()
         if name in rules:
-            raise ConstraintError(f"invalid GBNF grammar at line {head.line} column {head.column}: "
-                                  f"rule {name!r} is defined twice")
+            raise ConstraintError(
+                f"invalid GBNF grammar at line {head.line} column {head.column}: rule {name!r} is defined twice"
+            )
         rules[name] = _node(body)
     if "root" not in rules:
         raise ConstraintError("invalid GBNF grammar: no `root ::= ...` rule (the start rule)")
     for node in rules.values():
         for ref in _refs(node):
             if ref.name not in rules:
-                raise ConstraintError(f"invalid GBNF grammar at line {ref.line} column {ref.column}: "
-                                      f"rule {ref.name!r} is used but never defined")
+                raise ConstraintError(
+                    f"invalid GBNF grammar at line {ref.line} column {ref.column}: "
+                    f"rule {ref.name!r} is used but never defined"
+                )
     return GbnfGrammar(rules)
 
 
@@ -144,6 +148,7 @@ def refs_of(node: Node) -> set[str]:
 
 
 # ---- private ------------------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
@@ -198,16 +203,31 @@ def _quantified(atom: Node, quant) -> Node:
         low, high = values
     where = quant.meta
     if high is not None and high < low:
-        raise ConstraintError(f"invalid GBNF grammar at line {where.line} column {where.column}: "
-                              f"repetition {{{low},{high}}} has its maximum below its minimum")
+        raise ConstraintError(
+            f"invalid GBNF grammar at line {where.line} column {where.column}: "
+            f"repetition {{{low},{high}}} has its maximum below its minimum"
+        )
     if max(low, high or 0) > MAX_REPEAT:
-        raise ConstraintError(f"invalid GBNF grammar at line {where.line} column {where.column}: "
-                              f"repetition bound over {MAX_REPEAT}")
+        raise ConstraintError(
+            f"invalid GBNF grammar at line {where.line} column {where.column}: repetition bound over {MAX_REPEAT}"
+        )
     return Repeat(atom, low, high)
 
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "[": "[", "]": "]",
-            "-": "-", "^": "^", "/": "/", "0": "\0"}
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "[": "[",
+    "]": "]",
+    "-": "-",
+    "^": "^",
+    "/": "/",
+    "0": "\0",
+}
 _HEX = {"x": 2, "u": 4, "U": 8}
 
 
@@ -222,7 +242,7 @@ def _decode(body: str, token) -> list[int]:
             continue
         esc = body[i + 1]
         if esc in _HEX:
-            digits = body[i + 2:i + 2 + _HEX[esc]]
+            digits = body[i + 2 : i + 2 + _HEX[esc]]
             if len(digits) != _HEX[esc] or not re.fullmatch(r"[0-9a-fA-F]+", digits):
                 raise _token_error(token, f"\\{esc} needs {_HEX[esc]} hex digits")
             cp = int(digits, 16)
@@ -306,7 +326,7 @@ def _refs(node: Node):
     if isinstance(node, Ref):
         yield node
     elif isinstance(node, (Seq, Alt)):
-        for child in (node.items if isinstance(node, Seq) else node.options):
+        for child in node.items if isinstance(node, Seq) else node.options:
             yield from _refs(child)
     elif isinstance(node, Repeat):
         yield from _refs(node.body)

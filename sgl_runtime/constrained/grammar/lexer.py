@@ -93,7 +93,7 @@ class LexerContext:
                     new_w, new_type, accepted = i, self._label[i][d[i]], True
                     break
             if new_w >= 0:
-                d[new_w + 1:] = [-1] * (n - new_w - 1)  # later slots can no longer win
+                d[new_w + 1 :] = [-1] * (n - new_w - 1)  # later slots can no longer win
             if all(s < 0 for s in d):
                 code[c], ctype[c] = (CLOSE_BEFORE, wtype) if w >= 0 else (DEAD, -1)
             elif accepted and all(s < 0 for s in d[:new_w]) and not self._live[new_w][d[new_w]]:

@@ -57,8 +57,9 @@ class LalrStacks:
         if hit is not None:
             self._accepted.move_to_end(stack)
             return hit
-        names = frozenset(t for t in self.states[stack[-1]]
-                          if (t.isupper() or t == END) and self.feed(stack, t) is not None)
+        names = frozenset(
+            t for t in self.states[stack[-1]] if (t.isupper() or t == END) and self.feed(stack, t) is not None
+        )
         self._accepted[stack] = names
         if len(self._accepted) > self._cache_size:
             self._accepted.popitem(last=False)

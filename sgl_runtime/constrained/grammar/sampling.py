@@ -12,9 +12,9 @@ import random
 import numpy as np
 
 CLOSERS = {
-    "json": ['"', '}', ']', ':', '0', ','],
-    "arithmetic": [')', '1', 'x', '+', ','],
-    "sql": ["'", ')', ' =', ' FROM', ' t', ' ON', ' BY', '1', '*', ' a', ';'],
+    "json": ['"', "}", "]", ":", "0", ","],
+    "arithmetic": [")", "1", "x", "+", ","],
+    "sql": ["'", ")", " =", " FROM", " t", " ON", " BY", "1", "*", " a", ";"],
 }
 
 
@@ -23,8 +23,9 @@ def closer_ids(name: str, vocab) -> list[int]:
     return [vocab.encode(s)[0] for s in CLOSERS[name]]
 
 
-def pick_walk_token(ids: np.ndarray, step: int, random_steps: int, lengths: np.ndarray, eos: int,
-                    closers: list[int], rng: random.Random) -> int:
+def pick_walk_token(
+    ids: np.ndarray, step: int, random_steps: int, lengths: np.ndarray, eos: int, closers: list[int], rng: random.Random
+) -> int:
     """The walk's next token among the allowed `ids` (`lengths`: token byte lengths by id)."""
     if step < random_steps:
         short = ids[(lengths[ids] > 0) & (lengths[ids] <= 3)]

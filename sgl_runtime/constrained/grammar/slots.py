@@ -57,8 +57,10 @@ def terminal_dfa(terminal, cache: dict) -> ByteDFA:
         if terminal.pattern.type == "str":
             pattern = folded_literal(terminal.pattern.value, terminal.pattern.flags) or pattern
         if _has_op(pattern, _UNSUPPORTED_OPS):
-            raise ConstraintError(f"grammar terminal {terminal.name}: lookaround assertions, anchors "
-                                  f"and backreferences are not supported in terminals ({pattern!r})")
+            raise ConstraintError(
+                f"grammar terminal {terminal.name}: lookaround assertions, anchors "
+                f"and backreferences are not supported in terminals ({pattern!r})"
+            )
         try:
             dfa = ByteDFA.from_regex(unicode_classes(pattern))
         except ConstraintError as exc:
@@ -88,7 +90,8 @@ def _check_matches_like_re(name: str, pattern: str, dfa: ByteDFA, samples: int =
         if got != expected:
             raise ConstraintError(
                 f"grammar terminal {name}: Python's re matches {text!r} up to byte {got}, not up to "
-                f"byte {expected} (its longest match); put longer alternatives first")
+                f"byte {expected} (its longest match); put longer alternatives first"
+            )
 
 
 def _random_path(dfa: ByteDFA, rng: random.Random, max_len: int = 16) -> bytes:
@@ -123,8 +126,13 @@ def _longest_accept(dfa: ByteDFA, data: bytes) -> int:
     return best
 
 
-_UNSUPPORTED_OPS = {sre_constants.ASSERT, sre_constants.ASSERT_NOT, sre_constants.AT,
-                    sre_constants.GROUPREF, sre_constants.GROUPREF_EXISTS}
+_UNSUPPORTED_OPS = {
+    sre_constants.ASSERT,
+    sre_constants.ASSERT_NOT,
+    sre_constants.AT,
+    sre_constants.GROUPREF,
+    sre_constants.GROUPREF_EXISTS,
+}
 
 
 def _has_op(pattern: str, ops: set) -> bool:
@@ -143,8 +151,9 @@ def _tree_has(node, ops: set) -> bool:
     return False
 
 
-def build_slot(terminal, unless: list, ignored: bool, type_index: dict, poison: int,
-               max_ignore_bytes: int, dfa_cache: dict) -> SlotDFA:
+def build_slot(
+    terminal, unless: list, ignored: bool, type_index: dict, poison: int, max_ignore_bytes: int, dfa_cache: dict
+) -> SlotDFA:
     """The labelled DFA of one scanner slot (see the module docstring)."""
     base = terminal_dfa(terminal, dfa_cache)
     own = type_index[terminal.name]
@@ -157,8 +166,7 @@ def build_slot(terminal, unless: list, ignored: bool, type_index: dict, poison: 
     return _product_slot(base, own, extra, extra_types, bound, poison)
 
 
-def _product_slot(base: ByteDFA, own: int, extra: list, extra_types: list,
-                  bound, poison: int) -> SlotDFA:
+def _product_slot(base: ByteDFA, own: int, extra: list, extra_types: list, bound, poison: int) -> SlotDFA:
     """BFS over (base state, unless-string states..., capped length) tuples."""
     cap = (bound + 1) if bound is not None else 0
     start = (base.initial, *[d.initial for d in extra], 0)
@@ -168,8 +176,9 @@ def _product_slot(base: ByteDFA, own: int, extra: list, extra_types: list,
         key = order[i]
         i += 1
         nxt_base = base.transitions[key[0]]
-        cols = [nxt_base] + [d.transitions[s] if s >= 0 else np.full(256, -1, np.int32)
-                             for d, s in zip(extra, key[1:-1])]
+        cols = [nxt_base] + [
+            d.transitions[s] if s >= 0 else np.full(256, -1, np.int32) for d, s in zip(extra, key[1:-1])
+        ]
         count = min(key[-1] + 1, cap) if bound is not None else 0
         mat = np.stack(cols, axis=1)  # [256, 1 + len(extra)]
         row = np.full(256, -1, dtype=np.int32)

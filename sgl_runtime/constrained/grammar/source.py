@@ -60,7 +60,8 @@ def resolve_grammar(spec: str, syntax: Optional[str] = None) -> tuple[str, str]:
         if ":" not in spec:
             raise ConstraintError(
                 f"unknown grammar {name!r}: shipped grammars are {shipped_grammar_names()} "
-                f"(GBNF: {shipped_gbnf_names()}), or pass lark or GBNF grammar text")
+                f"(GBNF: {shipped_gbnf_names()}), or pass lark or GBNF grammar text"
+            )
     return spec, syntax or ("gbnf" if looks_like_gbnf(spec) else "lark")
 
 

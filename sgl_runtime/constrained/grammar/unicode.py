@@ -30,11 +30,11 @@ def unicode_classes(pattern: str) -> str:
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
-            out.append(_spelled(pattern[i + 1], in_class) or pattern[i:i + 2])
+            out.append(_spelled(pattern[i + 1], in_class) or pattern[i : i + 2])
             i += 2
         elif not in_class and ch == "[":
-            j = i + 1 + (pattern[i + 1:i + 2] == "^")
-            j += pattern[j:j + 1] == "]"  # a leading ']' is a literal
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"  # a leading ']' is a literal
             out.append(pattern[i:j])
             in_class, i = True, j
         else:

@@ -44,7 +44,7 @@ class TokenTable:
     def rows_starting_with(self, byte_ok: np.ndarray) -> np.ndarray:
         """All non-empty tokens whose first byte b has byte_ok[b] (bool [256])."""
         bounds = self._first_bounds
-        parts = [self._by_first[bounds[b]:bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
+        parts = [self._by_first[bounds[b] : bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
@@ -69,8 +69,7 @@ class Run:
     closes: list = field(default_factory=list)  # [(closed type, ended in tail?, Group)]
 
 
-def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
-         rows: np.ndarray, offs: np.ndarray) -> Run:
+def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int, rows: np.ndarray, offs: np.ndarray) -> Run:
     """Push every row through `ctx` from product state `x0` (see the module docstring)."""
     rem = table.lens[rows] - offs
     order = np.argsort(-rem.astype(np.int32), kind="stable")  # longest first: finished rows trail
@@ -96,8 +95,13 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int,
         if not go.all():
             closing = ~go & (code != DEAD)
             if closing.any():
-                closes.append((idx[closing], ctype_flat[flat_i[closing]],
-                               np.where(code[closing] == CLOSE_HERE, j + 1, la[closing])))
+                closes.append(
+                    (
+                        idx[closing],
+                        ctype_flat[flat_i[closing]],
+                        np.where(code[closing] == CLOSE_HERE, j + 1, la[closing]),
+                    )
+                )
             idx, base, la, flat_i, code = idx[go], base[go], la[go], flat_i[go], code[go]
         st = nxt_flat[flat_i].astype(np.int64)
         la[code == ACCEPT] = j + 1
@@ -246,7 +250,7 @@ class MaskBuilder:
         keep = []
         for row, off, la in zip(g.rows.tolist(), g.offs.tolist(), g.la.tolist()):
             text = state.tail + self.table.token_bytes[row][off:]
-            tail = text[len(state.tail) + la:]
+            tail = text[len(state.tail) + la :]
             probe = GrammarState(state.stack, state.ignored, s, tail)
             if self.engine.viable(probe):
                 keep.append(row)

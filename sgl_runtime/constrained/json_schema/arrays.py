@@ -47,8 +47,7 @@ class _ContainsCounter:
         if not self.active:
             return [(element, 0)]
         if id(element) not in self._split:
-            self._split[id(element)] = (element, difference(element, self.exact_match),
-                                        intersect(element, self.match))
+            self._split[id(element)] = (element, difference(element, self.exact_match), intersect(element, self.match))
         _, miss, hit_dfa = self._split[id(element)]
         out = [(miss, count)]
         hit = count + 1
@@ -63,8 +62,7 @@ class _ContainsCounter:
         return count >= self.min
 
 
-def _body(comp, elements: list[Dfa], min_items: int, max_items: int | None, top: int,
-          counter: _ContainsCounter) -> Dfa:
+def _body(comp, elements: list[Dfa], min_items: int, max_items: int | None, top: int, counter: _ContainsCounter) -> Dfa:
     comma = comp.tokens.comma
     with_comma: dict = {}
     nfa = Nfa()

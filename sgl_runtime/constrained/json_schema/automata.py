@@ -110,6 +110,7 @@ def char_dfa(cs: Charset) -> Dfa:
 
 # ----------------------------------------------------------------------------- partition
 
+
 class _Partition:
     """Splits all characters into classes so every given charset is a union of classes."""
 
@@ -195,11 +196,14 @@ def _check_size(n: int, what: str) -> None:
     if left is not None:
         left[0] -= 1
         if left[0] < 0:
-            raise ConstraintError(f"JSON Schema too complex: compiling it needs more than {left[1]} automaton "
-                                  "states in total (raise max_work_states)")
+            raise ConstraintError(
+                f"JSON Schema too complex: compiling it needs more than {left[1]} automaton "
+                "states in total (raise max_work_states)"
+            )
 
 
 # ----------------------------------------------------------------------------- minimize
+
 
 def _minimize(table: list[dict], finals: set, part: _Partition) -> Dfa:
     """Hopcroft's algorithm on a partial class table (missing = an implicit dead state)."""
@@ -290,6 +294,7 @@ def minimize(dfa: Dfa) -> Dfa:
 
 
 # ----------------------------------------------------------------------------- interop
+
 
 def to_interegular(dfa: Dfa) -> FSM:
     part = _Partition(_charsets_of([dfa]))

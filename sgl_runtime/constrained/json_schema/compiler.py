@@ -30,19 +30,24 @@ import json
 from interegular.fsm import FSM
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
 from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
-from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
-from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
+from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.strings import string_dfa
 from sgl_runtime.constrained.json_schema.unevaluated import needs_case_split, unevaluated_constraint
 from sgl_runtime.constrained.json_schema.values import (
-    EXACT, FREE_ORDER, NORMAL, Tokens, count_keyword, json_type_of,
+    EXACT,
+    FREE_ORDER,
+    NORMAL,
+    Tokens,
+    count_keyword,
+    json_type_of,
 )
 
 __all__ = ["schema_to_fsm", "schema_to_dfa", "ConstraintError"]
@@ -51,17 +56,33 @@ ALL_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object"
 TYPE_KEYWORDS = {
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
     "string": ("minLength", "maxLength", "pattern", "format"),
-    "array": ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
-              "uniqueItems"),
-    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-               "minProperties", "maxProperties", "dependentRequired"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "uniqueItems"),
+    "object": (
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "dependentRequired",
+    ),
 }
 UNSUPPORTED = ("$recursiveRef",)
 
 
-def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False,
-                  indent: int | None = None, key_order: str = "properties") -> FSM:
+def schema_to_fsm(
+    schema,
+    *,
+    whitespace=None,
+    lenient: bool = False,
+    max_recursion_depth: int = 3,
+    max_nesting_depth: int = 3,
+    max_work_states: int = 150_000,
+    integral_floats: bool = False,
+    indent: int | None = None,
+    key_order: str = "properties",
+) -> FSM:
     """A character-level interegular FSM accepting the compact JSON serialisations of valid instances.
 
     whitespace: None (compact), an int n (up to n blanks around punctuation) or a finite regex.
@@ -73,15 +94,33 @@ def schema_to_fsm(schema, *, whitespace=None, lenient: bool = False, max_recursi
     indent: N gives the json.dumps(indent=N) shape (newlines, multiples of N spaces, ": ").
     key_order: "properties" (declared keys in the schema's order) or "any".
     """
-    return to_interegular(schema_to_dfa(schema, whitespace=whitespace, lenient=lenient,
-                                        max_recursion_depth=max_recursion_depth,
-                                        max_nesting_depth=max_nesting_depth, max_work_states=max_work_states,
-                                        integral_floats=integral_floats, indent=indent, key_order=key_order))
+    return to_interegular(
+        schema_to_dfa(
+            schema,
+            whitespace=whitespace,
+            lenient=lenient,
+            max_recursion_depth=max_recursion_depth,
+            max_nesting_depth=max_nesting_depth,
+            max_work_states=max_work_states,
+            integral_floats=integral_floats,
+            indent=indent,
+            key_order=key_order,
+        )
+    )
 
 
-def schema_to_dfa(schema, *, whitespace=None, lenient: bool = False, max_recursion_depth: int = 3,
-                  max_nesting_depth: int = 3, max_work_states: int = 150_000, integral_floats: bool = False,
-                  indent: int | None = None, key_order: str = "properties") -> Dfa:
+def schema_to_dfa(
+    schema,
+    *,
+    whitespace=None,
+    lenient: bool = False,
+    max_recursion_depth: int = 3,
+    max_nesting_depth: int = 3,
+    max_work_states: int = 150_000,
+    integral_floats: bool = False,
+    indent: int | None = None,
+    key_order: str = "properties",
+) -> Dfa:
     """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
     if isinstance(schema, str):
         try:
@@ -143,8 +182,13 @@ class _Compiler:
         if entered:
             self.scope.append(base)
         try:
-            key = (id(schema), min(level, self.max_depth), mode, tuple(sorted(self.ref_counts.items())),
-                   tuple(self.scope) if self.dynamic else None)
+            key = (
+                id(schema),
+                min(level, self.max_depth),
+                mode,
+                tuple(sorted(self.ref_counts.items())),
+                tuple(self.scope) if self.dynamic else None,
+            )
             if key not in self.cache:
                 self.cache[key] = (schema, self._compile(schema, level, mode))
             return self.cache[key][1]
@@ -189,8 +233,9 @@ class _Compiler:
     # ----------------------------------------------------------------- types and values
     def _values(self, schema: dict, level: int, mode: int) -> Dfa:
         types = _types(schema)
-        has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or \
-            any(k in schema for k in ("unevaluatedProperties", "unevaluatedItems"))
+        has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or any(
+            k in schema for k in ("unevaluatedProperties", "unevaluatedItems")
+        )
         if "const" in schema or "enum" in schema:
             values = [schema["const"]] if "const" in schema else schema["enum"]
             if not isinstance(values, list):
@@ -234,8 +279,13 @@ class _Compiler:
         if fmt is not None and mode != EXACT:
             content = format_content(fmt) if isinstance(fmt, str) else None
             extra = (content,) if content is not None else ()
-        return string_dfa(count_keyword(schema, "minLength", 0), count_keyword(schema, "maxLength", None),
-                          (patterns,) if patterns is not None else (), extra, mode == EXACT)
+        return string_dfa(
+            count_keyword(schema, "minLength", 0),
+            count_keyword(schema, "maxLength", None),
+            (patterns,) if patterns is not None else (),
+            extra,
+            mode == EXACT,
+        )
 
     # ----------------------------------------------------------------- applicators
     def _one_of(self, schemas: list, level: int, mode: int) -> Dfa:
@@ -244,7 +294,7 @@ class _Compiler:
             return exactly_one(*exacts)
         parts = []
         for i, s in enumerate(schemas):
-            others = exacts[:i] + exacts[i + 1:]
+            others = exacts[:i] + exacts[i + 1 :]
             parts.append(difference(self.compile(s, level, mode), *others))
         return union(*parts)
 
@@ -262,8 +312,12 @@ class _Compiler:
         parts = []
         for key, sub in deps.items():
             has_key = self.compile(self.keep({"type": "object", "required": [key]}), level, EXACT)
-            parts.append(union(difference(self.any(level), has_key),
-                               intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER)))))
+            parts.append(
+                union(
+                    difference(self.any(level), has_key),
+                    intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER))),
+                )
+            )
         return intersect(*parts) if parts else self.any(level)
 
     def _unevaluated(self, schema: dict, level: int, mode: int) -> Dfa:
@@ -290,8 +344,9 @@ class _Compiler:
         depth = self.ref_counts.get(key, 0)
         if depth >= self.max_recursion:
             if mode == EXACT:
-                raise ConstraintError(f"$ref: recursion through {ref!r} deeper than max_recursion_depth "
-                                      "cannot be negated exactly")
+                raise ConstraintError(
+                    f"$ref: recursion through {ref!r} deeper than max_recursion_depth cannot be negated exactly"
+                )
             return EMPTY
         self.ref_counts[key] = depth + 1
         try:

@@ -20,13 +20,26 @@ from jsonschema import validators
 from sgl_runtime.constrained.errors import ConstraintError
 
 DRAFTS = {
-    "draft-04": validators.Draft4Validator, "draft-06": validators.Draft6Validator,
-    "draft-07": validators.Draft7Validator, "2019-09": validators.Draft201909Validator,
+    "draft-04": validators.Draft4Validator,
+    "draft-06": validators.Draft6Validator,
+    "draft-07": validators.Draft7Validator,
+    "2019-09": validators.Draft201909Validator,
     "2020-12": validators.Draft202012Validator,
 }
 _LATEST = set(validators.Draft202012Validator.VALIDATORS)
-_SINGLE = ("not", "if", "then", "else", "additionalProperties", "additionalItems", "items", "contains",
-           "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_SINGLE = (
+    "not",
+    "if",
+    "then",
+    "else",
+    "additionalProperties",
+    "additionalItems",
+    "items",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
 _LISTS = ("allOf", "anyOf", "oneOf", "items", "prefixItems")
 _MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
 

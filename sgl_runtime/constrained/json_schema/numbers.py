@@ -36,7 +36,10 @@ BROAD_NONNEG_RE = r"(0|[1-9][0-9]*)(\.[0-9]+)?"  # any digits; only inside bound
 ZERO_RE = r"0(\.0+)?"
 _FRACTION_DIGITS_RE = r"\.[0-9]{0,%d}[1-9]" % (MAX_FRACTION_DIGITS - 1)
 NUMBER_DIGITS_RE = r"(0|[1-9][0-9]*)(%s)?|-(0%s|[1-9][0-9]*(%s)?)" % (  # integral values as digits only
-    _FRACTION_DIGITS_RE, _FRACTION_DIGITS_RE, _FRACTION_DIGITS_RE)
+    _FRACTION_DIGITS_RE,
+    _FRACTION_DIGITS_RE,
+    _FRACTION_DIGITS_RE,
+)
 _INTEGRAL_FLOATS: contextvars.ContextVar = contextvars.ContextVar("json_schema_integral_floats", default=False)
 
 
@@ -192,7 +195,7 @@ def _modulo_dfa(modulus: int, scale: int) -> Dfa:
         for j in range(1, scale):
             edges[frac[j][r]] += [(digit[d], frac[j + 1][(r * 10 + d) % modulus]) for d in range(10)]
         edges[frac[scale][r]].append((digit[0], frac[scale][r]))
-        if (r * 10 ** scale) % modulus == 0:
+        if (r * 10**scale) % modulus == 0:
             finals.add(ip[r])
         for j in range(scale + 1):
             if (r * 10 ** (scale - j)) % modulus == 0 and (j > 0 or scale == 0):

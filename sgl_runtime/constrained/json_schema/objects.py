@@ -15,7 +15,12 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.automata import Dfa, literal
 from sgl_runtime.constrained.json_schema.ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.json_schema.strings import (
-    any_content, encode_content, literals_dfa, pattern_content, string_dfa, string_literal,
+    any_content,
+    encode_content,
+    literals_dfa,
+    pattern_content,
+    string_dfa,
+    string_literal,
 )
 from sgl_runtime.constrained.json_schema.values import EXACT, FREE_ORDER, count_keyword
 

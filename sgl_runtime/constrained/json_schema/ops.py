@@ -8,7 +8,13 @@ from typing import Callable, Sequence
 
 from sgl_runtime.constrained.json_schema import automata
 from sgl_runtime.constrained.json_schema.automata import (
-    EMPTY, EPSILON, Charset, Dfa, _charsets_of, _minimize, _Partition,
+    EMPTY,
+    EPSILON,
+    Charset,
+    Dfa,
+    _charsets_of,
+    _minimize,
+    _Partition,
 )
 
 
@@ -192,8 +198,10 @@ def optional(dfa: Dfa) -> Dfa:
 
 _NO_MOVES: dict = {}
 
-def product(dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callable[[tuple], bool],
-            drivers: int | None = None) -> Dfa:
+
+def product(
+    dfas: Sequence[Dfa], accept: Callable[[tuple], bool], alive: Callable[[tuple], bool], drivers: int | None = None
+) -> Dfa:
     """Runs `dfas` in parallel; a tuple of states (None = dead) is final when `accept(bools)`.
 
     Only classes on which one of the first `drivers` automata moves are explored (a tuple is
@@ -246,8 +254,7 @@ def difference(a: Dfa, *subtract: Dfa) -> Dfa:
     subtract = tuple(d for d in subtract if not d.is_empty())
     if a.is_empty() or not subtract:
         return a
-    return product((a,) + subtract, lambda acc: acc[0] and not any(acc[1:]), lambda st: st[0] is not None,
-                   drivers=1)
+    return product((a,) + subtract, lambda acc: acc[0] and not any(acc[1:]), lambda st: st[0] is not None, drivers=1)
 
 
 def exactly_one(*dfas: Dfa) -> Dfa:

@@ -71,8 +71,12 @@ class RefResolver:
         resource in the dynamic `scope` (base URIs, outermost first) defining that anchor wins."""
         target = self.resolve(ref, node)
         fragment = urldefrag(_join(self.base(node), ref))[1]
-        if fragment and not fragment.startswith("/") and isinstance(target, dict) \
-                and target.get("$dynamicAnchor") == fragment:
+        if (
+            fragment
+            and not fragment.startswith("/")
+            and isinstance(target, dict)
+            and target.get("$dynamicAnchor") == fragment
+        ):
             for base in scope:
                 hit = self.dynamic_anchors.get(f"{base}#{fragment}")
                 if hit is not None:

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from sgl_runtime.constrained.json_schema.automata import Charset, Dfa
 
-_SAMPLE_POOL = "abcxyzABZ019 _-.:/@#\"\\\n\t\x01é中😀"
+_SAMPLE_POOL = 'abcxyzABZ019 _-.:/@#"\\\n\t\x01é中😀'
 
 
 def sample(dfa: Dfa, rng, max_len: int = 200, stop_prob: float = 0.3) -> str | None:

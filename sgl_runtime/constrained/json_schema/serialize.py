@@ -40,6 +40,5 @@ def _ordered(value, schema, resolver, depth: int):
         prefix = (schema or {}).get("prefixItems", [])
         prefix = prefix if isinstance(prefix, list) else []
         rest = (schema or {}).get("items")
-        return [_ordered(v, prefix[i] if i < len(prefix) else rest, resolver, depth + 1)
-                for i, v in enumerate(value)]
+        return [_ordered(v, prefix[i] if i < len(prefix) else rest, resolver, depth + 1) for i, v in enumerate(value)]
     return value

@@ -28,8 +28,10 @@ from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 SPECIAL = frozenset(_SHORT_ESCAPES) | frozenset(chr(i) for i in range(0x20))
 _SPECIAL_CS = Charset(SPECIAL)
-_ECMA_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-              "\u2028\u2029\u202f\u205f\u3000\ufeff"
+_ECMA_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 _ECMA_DOT = "[^\n\r\u2028\u2029]"
 
 
@@ -125,8 +127,8 @@ def _ecma_to_python(pattern: str) -> str:
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
             nxt = pattern[i + 1]
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", pattern[i + 2: i + 6]):
-                out.append(re.escape(chr(int(pattern[i + 2: i + 6], 16))))
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", pattern[i + 2 : i + 6]):
+                out.append(re.escape(chr(int(pattern[i + 2 : i + 6], 16))))
                 i += 6
                 continue
             if nxt == "B" and not in_class:
@@ -140,7 +142,7 @@ def _ecma_to_python(pattern: str) -> str:
             elif nxt.isdigit() and nxt != "0":
                 raise ConstraintError("pattern: backreferences are not supported")
             else:
-                out.append(pattern[i: i + 2])
+                out.append(pattern[i : i + 2])
             i += 2
             continue
         if in_class:
@@ -148,7 +150,7 @@ def _ecma_to_python(pattern: str) -> str:
             out.append(c)
         elif c == "[":
             in_class = True
-            if pattern[i + 1: i + 2] == "^":
+            if pattern[i + 1 : i + 2] == "^":
                 out.append("[^")
                 i += 2
                 continue
@@ -157,7 +159,7 @@ def _ecma_to_python(pattern: str) -> str:
             out.append(_ECMA_DOT)
         elif c == "$":
             out.append(r"\Z")
-        elif c == "(" and pattern[i + 1: i + 3] == "?<" and pattern[i + 3: i + 4] not in ("=", "!"):
+        elif c == "(" and pattern[i + 1 : i + 3] == "?<" and pattern[i + 3 : i + 4] not in ("=", "!"):
             out.append("(?P<")
             i += 3
             continue
@@ -168,8 +170,13 @@ def _ecma_to_python(pattern: str) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def string_dfa(min_length: int = 0, max_length: int | None = None, patterns: tuple = (),
-               extra: tuple = (), full_escapes: bool = True) -> Dfa:
+def string_dfa(
+    min_length: int = 0,
+    max_length: int | None = None,
+    patterns: tuple = (),
+    extra: tuple = (),
+    full_escapes: bool = True,
+) -> Dfa:
     """JSON string literals with length bounds, matching every pattern and content DFA in `extra`."""
     parts = [length_content(min_length, max_length)] if (min_length or max_length is not None) else []
     parts += [pattern_content(p) for p in patterns]

@@ -36,8 +36,13 @@ class Evaluated:
 
     def __or__(self, other: "Evaluated") -> "Evaluated":
         contains = self.contains + tuple(c for c in other.contains if not any(c is d for d in self.contains))
-        return Evaluated(self.names | other.names, self.patterns | other.patterns,
-                         max(self.prefix, other.prefix), self.everything or other.everything, contains)
+        return Evaluated(
+            self.names | other.names,
+            self.patterns | other.patterns,
+            max(self.prefix, other.prefix),
+            self.everything or other.everything,
+            contains,
+        )
 
 
 def needs_case_split(schema: dict) -> bool:
@@ -72,9 +77,13 @@ def _check(comp, keyword: str, rest_schema, ev: Evaluated, level: int, mode: int
     if ev.everything:
         return _SIGMA_STAR
     if keyword == "unevaluatedProperties":
-        synthetic = comp.keep({"properties": {n: True for n in sorted(ev.names)},
-                               "patternProperties": {p: True for p in sorted(ev.patterns)},
-                               "additionalProperties": rest_schema})
+        synthetic = comp.keep(
+            {
+                "properties": {n: True for n in sorted(ev.names)},
+                "patternProperties": {p: True for p in sorted(ev.patterns)},
+                "additionalProperties": rest_schema,
+            }
+        )
         return object_dfa(comp, synthetic, level, check_mode)
     items = comp.keep({"anyOf": [rest_schema, *ev.contains]}) if ev.contains else rest_schema
     synthetic = comp.keep({"prefixItems": [True] * ev.prefix, "items": items})
@@ -110,19 +119,24 @@ class _Cases:
             cases = _cross(cases, self.if_then_else(schema, depth))
         for key, sub in schema.get("dependentSchemas", {}).items():
             has_key = self.exact(self.comp.keep({"type": "object", "required": [key]}))
-            cases = _cross(cases, self.conditioned(sub, has_key, depth)
-                           + [(difference(_SIGMA_STAR, has_key), Evaluated())])
+            cases = _cross(
+                cases, self.conditioned(sub, has_key, depth) + [(difference(_SIGMA_STAR, has_key), Evaluated())]
+            )
         return cases
 
     def own(self, schema: dict, depth: int) -> Evaluated:
         if self.keyword == "unevaluatedProperties":
             props = schema.get("properties", {})
-            return Evaluated(names=frozenset(props), patterns=frozenset(schema.get("patternProperties", {})),
-                             everything=(depth > 0 and "unevaluatedProperties" in schema)
-                             or "additionalProperties" in schema)
-        return Evaluated(prefix=len(schema.get("prefixItems", [])),
-                         everything=(depth > 0 and "unevaluatedItems" in schema) or "items" in schema,
-                         contains=(schema["contains"],) if "contains" in schema else ())
+            return Evaluated(
+                names=frozenset(props),
+                patterns=frozenset(schema.get("patternProperties", {})),
+                everything=(depth > 0 and "unevaluatedProperties" in schema) or "additionalProperties" in schema,
+            )
+        return Evaluated(
+            prefix=len(schema.get("prefixItems", [])),
+            everything=(depth > 0 and "unevaluatedItems" in schema) or "items" in schema,
+            contains=(schema["contains"],) if "contains" in schema else (),
+        )
 
     def conditioned(self, schema, cond: Dfa | None, depth: int) -> list:
         """The cases of `schema` (a branch), each restricted to `cond`."""
@@ -149,7 +163,7 @@ class _Cases:
         exacts = [self.exact(b) for b in branches]
         cases = []
         for i, branch in enumerate(branches):
-            cond = difference(exacts[i], *(exacts[:i] + exacts[i + 1:]))
+            cond = difference(exacts[i], *(exacts[:i] + exacts[i + 1 :]))
             cases += self.conditioned(branch, cond, depth)
         return cases
 

@@ -3,11 +3,10 @@ free-form values nested to a bounded depth, and the spellings of literal values 
 
 from __future__ import annotations
 
-
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal
-from sgl_runtime.constrained.json_schema.ops import Nfa, concat, repeat, union
 from sgl_runtime.constrained.json_schema.numbers import number_literal_dfa, number_universe, rx
+from sgl_runtime.constrained.json_schema.ops import Nfa, concat, repeat, union
 from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
 
 JSON_WHITESPACE = frozenset(" \t\n\r")
@@ -69,7 +68,9 @@ class Tokens:
             raise ConstraintError("give either whitespace or indent, not both")
         if indent is not None and (isinstance(indent, bool) or not isinstance(indent, int) or indent < 0):
             raise ConstraintError(f"indent: expected an integer >= 0, got {indent!r}")
-        self.ws = whitespace_dfa(whitespace) if indent is None else rx("(\n( {%d}){0,%d})?" % (indent, MAX_INDENT_LEVELS))
+        self.ws = (
+            whitespace_dfa(whitespace) if indent is None else rx("(\n( {%d}){0,%d})?" % (indent, MAX_INDENT_LEVELS))
+        )
         self._any: dict[int, Dfa] = {}
         ws = [self.ws] if self.ws is not None else []
         self.lbrace = concat(literal("{"), *ws)

@@ -15,7 +15,9 @@ class AttentionBackend(abc.ABC):
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata once, before the layers run (optional)."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
         # q: [T, H, D]; k, v: [T, Hkv, D] -> [T, H, D]
         self.kv_pool.set_kv_buffer(layer.layer_id, forward_batch.out_cache_loc, k, v)
         if forward_batch.forward_mode.is_decode():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from sgl_runtime.layers.attention.base import AttentionBackend
 from sgl_runtime.forward_batch import ForwardBatch
+from sgl_runtime.layers.attention.base import AttentionBackend
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -37,7 +37,11 @@ class TorchAttentionBackend(AttentionBackend):
             q_i = q[start : start + extend_len].transpose(0, 1)  # [H, E, D]
             mask = _causal_mask(seq_len - extend_len, extend_len, seq_len, q.device)
             o = F.scaled_dot_product_attention(
-                q_i.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, scale=layer.scaling,
+                q_i.unsqueeze(0),
+                k.unsqueeze(0),
+                v.unsqueeze(0),
+                attn_mask=mask,
+                scale=layer.scaling,
                 enable_gqa=layer.num_heads != layer.num_kv_heads,
             )  # [1, H, E, D]
             out[start : start + extend_len] = o[0].transpose(0, 1).to(q.dtype)

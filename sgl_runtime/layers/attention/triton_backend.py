@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from sgl_runtime.forward_batch import ForwardBatch
 from sgl_runtime.kernels.decode_attention import DecodeWorkspace, decode_attention, num_splits_for
 from sgl_runtime.kernels.extend_attention import extend_attention
 from sgl_runtime.kernels.store_kv import store_kv
 from sgl_runtime.layers.attention.base import AttentionBackend
-from sgl_runtime.forward_batch import ForwardBatch
 
 
 @dataclass
@@ -31,21 +31,30 @@ class TritonAttentionBackend(AttentionBackend):
         self.max_batch = max_batch or req_to_token_pool.size
         self.workspace: DecodeWorkspace | None = None
         self.metadata = _Metadata()
-        self.num_sms = torch.cuda.get_device_properties(kv_pool.device).multi_processor_count \
-            if torch.cuda.is_available() else 132
+        self.num_sms = (
+            torch.cuda.get_device_properties(kv_pool.device).multi_processor_count if torch.cuda.is_available() else 132
+        )
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         if forward_batch.forward_mode.is_decode():
-            self.metadata = _Metadata(num_splits=num_splits_for(forward_batch.batch_size, self.kv_pool.head_num,
-                                                                self.num_sms))
+            self.metadata = _Metadata(
+                num_splits=num_splits_for(forward_batch.batch_size, self.kv_pool.head_num, self.num_sms)
+            )
         else:
             self.metadata = _Metadata(max_extend_len=max(forward_batch.extend_seq_lens_cpu, default=0))
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
         # q: [T, H, D]; k, v: [T, Hkv, D] -> [T, H, D]
         layer_id = layer.layer_id
-        store_kv(self.kv_pool.get_key_buffer(layer_id), self.kv_pool.get_value_buffer(layer_id),
-                 forward_batch.out_cache_loc, _dense_rows(k), _dense_rows(v))
+        store_kv(
+            self.kv_pool.get_key_buffer(layer_id),
+            self.kv_pool.get_value_buffer(layer_id),
+            forward_batch.out_cache_loc,
+            _dense_rows(k),
+            _dense_rows(v),
+        )
         if forward_batch.forward_mode.is_decode():
             return self.forward_decode(q, layer, forward_batch)
         return self.forward_extend(q, layer, forward_batch)
@@ -53,9 +62,16 @@ class TritonAttentionBackend(AttentionBackend):
     def forward_extend(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
         o = torch.empty_like(q)
         extend_attention(
-            q, o, self.kv_pool.get_key_buffer(layer.layer_id), self.kv_pool.get_value_buffer(layer.layer_id),
-            self._req_to_token(forward_batch), forward_batch.req_pool_indices, forward_batch.seq_lens,
-            forward_batch.extend_seq_lens, forward_batch.extend_start_loc, self.metadata.max_extend_len,
+            q,
+            o,
+            self.kv_pool.get_key_buffer(layer.layer_id),
+            self.kv_pool.get_value_buffer(layer.layer_id),
+            self._req_to_token(forward_batch),
+            forward_batch.req_pool_indices,
+            forward_batch.seq_lens,
+            forward_batch.extend_seq_lens,
+            forward_batch.extend_start_loc,
+            self.metadata.max_extend_len,
             layer.scaling,
         )
         return o
@@ -63,9 +79,16 @@ class TritonAttentionBackend(AttentionBackend):
     def forward_decode(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
         o = torch.empty_like(q)
         decode_attention(
-            q, o, self.kv_pool.get_key_buffer(layer.layer_id), self.kv_pool.get_value_buffer(layer.layer_id),
-            self._req_to_token(forward_batch), forward_batch.req_pool_indices, forward_batch.seq_lens,
-            self._workspace(q), self.metadata.num_splits, layer.scaling,
+            q,
+            o,
+            self.kv_pool.get_key_buffer(layer.layer_id),
+            self.kv_pool.get_value_buffer(layer.layer_id),
+            self._req_to_token(forward_batch),
+            forward_batch.req_pool_indices,
+            forward_batch.seq_lens,
+            self._workspace(q),
+            self.metadata.num_splits,
+            layer.scaling,
         )
         return o
 

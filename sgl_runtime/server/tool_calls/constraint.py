@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.server.reasoning import ReasoningFormat
 from sgl_runtime.server.tool_calls.formats import ToolCallFormat
-from sgl_runtime.sampling_params import InvalidRequestError
 
 ANSWER_LEAD = {"regex": "[ \\n]{0,3}"}  # blank lines a model writes between </think> and its answer
 
@@ -25,8 +25,7 @@ def arguments_schema(parameters: Any) -> Any:
 
 def call_node(fmt: ToolCallFormat, name: str, parameters: Any) -> dict:
     schema = {"json_schema": arguments_schema(parameters), "label": f"tool {name!r}: its parameters cannot be compiled"}
-    return {"sequence": [{"text": fmt.call_prefix(name)}, schema,
-                         {"text": fmt.call_suffix}]}
+    return {"sequence": [{"text": fmt.call_prefix(name)}, schema, {"text": fmt.call_suffix}]}
 
 
 def calls_node(fmt: ToolCallFormat, tools: list[tuple[str, Any]], parallel: bool) -> dict:

@@ -47,8 +47,9 @@ FORMATS: dict[str, ToolCallFormat] = {
     # Qwen2.5 / Qwen3 / Hermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
     "qwen25": ToolCallFormat("qwen25", "<tool_call>", "<tool_call>\n", "\n</tool_call>", "", "\n"),
     # Llama 3.x JSON tool calls: <|python_tag|>{"name": ..., "parameters": {...}}; {...}
-    "llama3": ToolCallFormat("llama3", "<|python_tag|>", "<|python_tag|>", "", "; ", "",
-                             arguments_key="parameters", special_markers=True),
+    "llama3": ToolCallFormat(
+        "llama3", "<|python_tag|>", "<|python_tag|>", "", "; ", "", arguments_key="parameters", special_markers=True
+    ),
     # Mistral: [TOOL_CALLS] [{"name": ..., "arguments": {...}}, {...}]
     "mistral": ToolCallFormat("mistral", "[TOOL_CALLS]", "[TOOL_CALLS] [", "]", ", ", "", special_markers=True),
 }

@@ -44,8 +44,10 @@ class ChoiceParser:
         if reasoning is not None:
             message["reasoning_content"] = reasoning or None
         if calls:
-            message["tool_calls"] = [{"id": new_call_id(), "type": "function",
-                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+            message["tool_calls"] = [
+                {"id": new_call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in calls
+            ]
         return message
 
 
@@ -64,12 +66,12 @@ class ChoiceStream:
         out: dict[str, Any] = {}
         if reasoning is not None and (self.parser.plan.stream_reasoning or done or final):
             if len(reasoning) > self.reasoning_sent:
-                out["reasoning_content"] = reasoning[self.reasoning_sent:]
+                out["reasoning_content"] = reasoning[self.reasoning_sent :]
                 self.reasoning_sent = len(reasoning)
         if not final and calls:
             content = content.rstrip()
         if len(content) > self.content_sent:
-            out["content"] = content[self.content_sent:]
+            out["content"] = content[self.content_sent :]
             self.content_sent = len(content)
         deltas = self._call_deltas(calls)
         if deltas:
@@ -82,11 +84,17 @@ class ChoiceStream:
             if index == len(self.calls_sent):
                 self.calls_sent.append([new_call_id(), 0])
                 self.made_calls = True
-                deltas.append({"index": index, "id": self.calls_sent[index][0], "type": "function",
-                               "function": {"name": call.name, "arguments": ""}})
+                deltas.append(
+                    {
+                        "index": index,
+                        "id": self.calls_sent[index][0],
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                )
             sent = self.calls_sent[index]
             if len(call.arguments) > sent[1]:
-                deltas.append({"index": index, "function": {"arguments": call.arguments[sent[1]:]}})
+                deltas.append({"index": index, "function": {"arguments": call.arguments[sent[1] :]}})
                 sent[1] = len(call.arguments)
         return deltas
 

@@ -39,7 +39,7 @@ def scan(text: str, fmt: ToolCallFormat, final: bool = True) -> Scan:
         i = text.find(fmt.trigger, pos)
         if i < 0:
             tail = text[pos:]
-            parts.append(tail if final else tail[:len(tail) - _partial_suffix(tail, fmt.trigger)])
+            parts.append(tail if final else tail[: len(tail) - _partial_suffix(tail, fmt.trigger)])
             break
         parts.append(text[pos:i])
         calls: list[ParsedCall] = []
@@ -58,7 +58,7 @@ def scan(text: str, fmt: ToolCallFormat, final: bool = True) -> Scan:
 
 
 def _block(text: str, j: int, fmt: ToolCallFormat, calls: list[ParsedCall], final: bool) -> tuple[str, int]:
-    status, j = _expect(text, j, fmt.block_start[len(fmt.trigger):])
+    status, j = _expect(text, j, fmt.block_start[len(fmt.trigger) :])
     if status != _COMPLETE:
         return status, j
     while True:
@@ -106,7 +106,7 @@ def _expect(text: str, j: int, literal: str) -> tuple[str, int]:
     k = _skip_ws(text, j)
     if not want:
         return _COMPLETE, j
-    got = text[k:k + len(want)]
+    got = text[k : k + len(want)]
     if got == want:
         return _COMPLETE, k + len(want)
     return (_INCOMPLETE if want.startswith(got) and k + len(got) == len(text) else _MALFORMED), j

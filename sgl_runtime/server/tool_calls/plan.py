@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from sgl_runtime.sampling_params import InvalidRequestError
 from sgl_runtime.server.reasoning import ReasoningFormat
 from sgl_runtime.server.tool_calls import constraint as tc
 from sgl_runtime.server.tool_calls.formats import ToolCallFormat
-from sgl_runtime.sampling_params import InvalidRequestError
 
 CONSTRAINT_KEYS = ("regex", "json_schema", "ebnf", "grammar", "choices", "structural_tag")
 
@@ -33,20 +33,31 @@ class ChatPlan:
     template_kwargs: dict = field(default_factory=dict)
 
     @classmethod
-    def build(cls, body: Any, tool_format: Optional[ToolCallFormat], reasoning: Optional[ReasoningFormat]) -> "ChatPlan":
+    def build(
+        cls, body: Any, tool_format: Optional[ToolCallFormat], reasoning: Optional[ReasoningFormat]
+    ) -> "ChatPlan":
         tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
         choice, named = _tool_choice(body.tool_choice, tools)
         if choice != "none" and tool_format is None:
-            raise InvalidRequestError("tools: this model's chat template shows no tool-call format; start the "
-                                      "server with --tool-call-parser (qwen25, llama3 or mistral)")
+            raise InvalidRequestError(
+                "tools: this model's chat template shows no tool-call format; start the "
+                "server with --tool-call-parser (qwen25, llama3 or mistral)"
+            )
         names = [t["function"]["name"] for t in tools]
         if len(set(names)) != len(names):
             raise InvalidRequestError("tools: two tools have the same function name")
-        return cls(messages=[_template_message(m) for m in body.messages], tools=tools if choice != "none" else [],
-                   choice=choice, named=named, parallel=body.parallel_tool_calls,
-                   tool_format=tool_format if choice != "none" else None, reasoning=reasoning,
-                   separate_reasoning=body.separate_reasoning, stream_reasoning=body.stream_reasoning,
-                   template_kwargs=dict(body.chat_template_kwargs or {}))
+        return cls(
+            messages=[_template_message(m) for m in body.messages],
+            tools=tools if choice != "none" else [],
+            choice=choice,
+            named=named,
+            parallel=body.parallel_tool_calls,
+            tool_format=tool_format if choice != "none" else None,
+            reasoning=reasoning,
+            separate_reasoning=body.separate_reasoning,
+            stream_reasoning=body.stream_reasoning,
+            template_kwargs=dict(body.chat_template_kwargs or {}),
+        )
 
     @property
     def tool_schemas(self) -> list[tuple[str, Any]]:
@@ -103,8 +114,9 @@ def _tool_choice(choice: Any, tools: list[dict]) -> tuple[str, Optional[str]]:
     name = choice.function.name
     names = [t["function"]["name"] for t in tools]
     if name not in names:
-        raise InvalidRequestError(f"tool_choice names function {name!r}, which is not in tools "
-                                  f"({', '.join(names) or 'none given'})")
+        raise InvalidRequestError(
+            f"tool_choice names function {name!r}, which is not in tools ({', '.join(names) or 'none given'})"
+        )
     return "named", name
 
 
@@ -118,9 +130,14 @@ def _template_message(message: Any) -> dict:
     if message.reasoning_content is not None:
         out["reasoning_content"] = message.reasoning_content
     if message.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
-                             for c in message.tool_calls]
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+            }
+            for c in message.tool_calls
+        ]
     return out
 
 
