@@ -187,7 +187,7 @@ class ProgramState:
             chunk = await loop.run_in_executor(None, next, chunks, _STOP)
             if chunk is _STOP:
                 return
-            yield str(chunk)
+            yield chunk if return_meta_data else str(chunk)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.text_async_iter()

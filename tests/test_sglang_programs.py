@@ -100,29 +100,22 @@ def _check_json_shape(doc: str) -> None:
     assert doc.count('": ') >= 4, doc
 
 
-@pytest.mark.parametrize("program", STRUCTURAL)
+# SGLang's own frontend has a race in text_async_iter(return_meta_data=True): when two chunks arrive
+# between two wake-ups of the consumer, it yields their joined text with only the later chunk's
+# meta_info (sglang/lang/interpreter.py), so the program's per-chunk logprob count fails at random
+# on a fast server. sgl_lang's frontend yields every chunk and runs the same program strictly below.
+UPSTREAM_RACE = pytest.mark.xfail(reason="race in SGLang's frontend text_async_iter (see above)", strict=False)
+
+
+@pytest.mark.parametrize(
+    "program", [pytest.param(p, marks=UPSTREAM_RACE) if p == "stream_logprobs" else p for p in STRUCTURAL]
+)
 def test_sglang_frontend_runs_sglang_test_program(program, server, tokenizer_module):
     sgl, programs = _sglang_programs()
     _run(program, sgl, programs, server.url)
 
 
-@pytest.mark.parametrize(
-    "program",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                reason="stream_logprobs through sgl_lang failed in the last CI run after "
-                "the token_ids_logprob merge (ValueError: too many values to unpack); "
-                "open in issue 19",
-                strict=False,
-            ),
-        )
-        if p == "stream_logprobs"
-        else p
-        for p in STRUCTURAL
-    ],
-)
+@pytest.mark.parametrize("program", STRUCTURAL)
 def test_sgl_lang_runs_sglang_test_program_with_only_the_import_changed(program, server, tokenizer_module):
     sgl, programs = _sgl_lang_programs()
     _run(program, sgl, programs, server.url)
