@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import wait
+from pathlib import Path
 
 import pytest
 import requests
@@ -19,6 +22,8 @@ from server_fixtures import descendant_pids, pid_alive, start_server
 from sgl_runtime.constrained import ConstraintError, compile_constraint
 from sgl_runtime.constrained.cache import ConstraintCache
 from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # interegular's parse + FSM construction of this nested counted repeat runs for minutes here
 # (more than 60 s measured; "(a{1,10}b?){1,10}c" already takes about a second).
@@ -200,7 +205,7 @@ def test_compile_workers_stop_with_the_server(guarded_server):
     validators = [
         pid
         for pid in descendant_pids(guarded_server.proc.pid)
-        if pid not in children and _cmdline(pid).count(b"spawn_main")
+        if pid not in children and b"sgl_runtime.constrained.compile_workers" in _cmdline(pid)
     ]
     assert validators, "the scheduler runs its constraint compile workers in child processes"
     guarded_server.stop()
@@ -216,3 +221,24 @@ def _cmdline(pid: int) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def test_an_unguarded_engine_script_compiles_constraints(tmp_path):
+    """A script that builds an Engine at module level, with no `if __name__ == "__main__"` guard,
+    gets its regex compiled (workers started through multiprocessing's spawn re-ran the script)."""
+    from model_fixtures import make_tiny_checkpoint
+
+    model = make_tiny_checkpoint("qwen2", tmp_path / "qwen2")
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from sgl_runtime.engine import Engine\n"
+        f"engine = Engine({str(model)!r}, dtype='float32')\n"
+        "out = engine.generate(input_ids=[1, 2, 3], sampling_params={'max_new_tokens': 4, 'regex': '(ab)+'})\n"
+        "print('OUTPUT', repr(out['text']))\n"
+        "engine.shutdown()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = re.search(r"OUTPUT '(.*)'", done.stdout).group(1)
+    assert re.fullmatch(r"(ab)*a?", text), text  # a prefix of (ab)+ within 4 tokens

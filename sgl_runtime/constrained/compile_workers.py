@@ -10,11 +10,16 @@ twice: the worker's result is what the scheduler uses.
 from __future__ import annotations
 
 import logging
-import multiprocessing
+import os
 import pickle
 import queue
 import signal
+import socket
+import subprocess
+import sys
 import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA
@@ -90,18 +95,25 @@ class _WorkerLost(Exception):
 
 
 class _Worker:
-    """One compile process and our end of its pipe."""
+    """One compile process (`python -m` this module, so the caller's `__main__` is never
+    re-imported, as multiprocessing's spawn would) and our end of its socket."""
 
     def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn,), name="constraint-compiler", daemon=True)
-        self.process.start()
-        child_conn.close()
+        ours, theirs = socket.socketpair()
+        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding sgl_runtime/
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, *sys.path])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
         self._ready = False
 
     def alive(self) -> bool:
-        return self.process.is_alive() and not self.conn.closed
+        return self.process.poll() is None and not self.conn.closed
 
     def build(self, kind: str, spec: Any, options: dict, timeout: float) -> tuple[ByteDFA, str]:
         if not self._ready:
@@ -131,16 +143,22 @@ class _Worker:
         try:
             return self.conn.recv()
         except (EOFError, OSError):
-            self.process.join(1.0)
+            code = self._wait(1.0)
             raise _WorkerLost(
-                f"compiling the {what} constraint crashed the compile worker (exit code {self.process.exitcode})"
+                f"compiling the {what} constraint crashed the compile worker (exit code {code})"
             ) from None
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(1.0)
+        self._wait(1.0)
         self.conn.close()
+
+    def _wait(self, timeout: float):
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def _worker_main(conn) -> None:
@@ -165,3 +183,7 @@ def _worker_main(conn) -> None:
         except Exception as exc:  # noqa: BLE001 - any compiler failure is this constraint's error
             answer = (ERROR, f"cannot compile {kind} constraint: {type(exc).__name__}: {exc}")
         conn.send(answer)
+
+
+if __name__ == "__main__":  # a worker: python -m sgl_runtime.constrained.compile_workers FD
+    _worker_main(Connection(int(sys.argv[1])))
