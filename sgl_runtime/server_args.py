@@ -96,9 +96,9 @@ class ServerArgs:
         "Accepted for SGLang compatibility; no remote code is ever run (the supported architectures are built in).",
     )
     sampling_defaults: str = _arg(
-        "openai",
-        "Defaults of unset sampling parameters: openai (temperature 1, top_p 1, ...) or model (the "
-        "checkpoint's generation_config.json).",
+        "model",
+        "Defaults of unset sampling parameters: model (the checkpoint's generation_config.json, where it "
+        "has one; SGLang's default) or openai (temperature 1, top_p 1, ...).",
         ("openai", "model"),
     )
 

@@ -242,3 +242,24 @@ def test_an_unguarded_engine_script_compiles_constraints(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     text = re.search(r"OUTPUT '(.*)'", done.stdout).group(1)
     assert re.fullmatch(r"(ab)*a?", text), text  # a prefix of (ab)+ within 4 tokens
+
+
+def test_wait_ready_returns_once_every_worker_can_compile(monkeypatch):
+    from sgl_runtime.constrained import compile_workers
+
+    workers = compile_workers.CompileWorkers(2, timeout=30)
+    try:
+        workers.start()
+        workers.wait_ready()
+        assert len(workers.pids()) == 2 and all(w._ready for w in workers._workers)
+        assert workers.build("regex", "[ab]+", {})[1] == "regex:[ab]+"
+    finally:
+        workers.close()
+    monkeypatch.setattr(compile_workers, "WORKER_START_S", 0.001)  # no worker imports that fast
+    slow = compile_workers.CompileWorkers(1, timeout=30)
+    try:
+        slow.start()
+        with pytest.raises(ConstraintError, match="failed to start"):
+            slow.wait_ready()
+    finally:
+        slow.close()

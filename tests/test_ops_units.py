@@ -112,7 +112,7 @@ def test_sglang_flags_accepted():
             "--decode-log-interval",
             "7",
             "--sampling-defaults",
-            "model",
+            "openai",
             "--max-queued-requests",
             "3",
             "--graceful-shutdown-timeout",
@@ -122,9 +122,10 @@ def test_sglang_flags_accepted():
         ]
     )
     assert (args.enable_metrics, args.trust_remote_code, args.skip_server_warmup, args.log_requests) == (True,) * 4
-    assert (args.watchdog_timeout, args.log_interval, args.sampling_defaults) == (20.0, 7, "model")
+    assert (args.watchdog_timeout, args.log_interval, args.sampling_defaults) == (20.0, 7, "openai")
     assert (args.max_queued_requests, args.graceful_shutdown_timeout, args.request_timeout) == (3, 4.0, 9.0)
     assert parse_args(["--log-interval", "5"]).log_interval == 5
+    assert parse_args([]).sampling_defaults == "model"  # SGLang's default: the checkpoint's generation_config
 
 
 @pytest.mark.parametrize(

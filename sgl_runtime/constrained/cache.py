@@ -70,10 +70,13 @@ class ConstraintCache:
             result.add_done_callback(lambda _f: timer.cancel())
         return result
 
-    def start_workers(self) -> None:
-        """Start the compile processes now rather than on the first constraint."""
+    def start_workers(self, wait: bool = False) -> None:
+        """Start the compile processes now rather than on the first constraint; with `wait`, block
+        until they are ready to compile (ConstraintError if one cannot start)."""
         if self._processes is not None:
             self._processes.start()
+            if wait:
+                self._processes.wait_ready()
 
     def worker_pids(self) -> list[int]:
         return [] if self._processes is None else self._processes.pids()

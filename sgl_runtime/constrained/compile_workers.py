@@ -69,6 +69,14 @@ class CompileWorkers:
             if worker.alive():
                 self._idle.put(worker)
 
+    def wait_ready(self) -> None:
+        """Block until every started worker has imported the compiler (ConstraintError if one
+        cannot), so a server reports healthy only once its first constraint compiles at full speed."""
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.wait_ready()
+
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers if w.alive()]
 
@@ -115,11 +123,22 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None and not self.conn.closed
 
+    def wait_ready(self) -> None:
+        if not self._ready:
+            try:
+                started = self._receive(WORKER_START_S, "start")[0] == READY
+            except _WorkerLost as exc:
+                raise ConstraintError(f"the constraint compile worker failed to start: {exc}") from None
+            if not started:
+                raise ConstraintError("the constraint compile worker failed to start")
+            self._ready = True
+
     def build(self, kind: str, spec: Any, options: dict, timeout: float) -> tuple[ByteDFA, str]:
         if not self._ready:
-            if self._receive(WORKER_START_S, "start")[0] != READY:
-                raise _WorkerLost("the constraint compile worker failed to start")
-            self._ready = True
+            try:
+                self.wait_ready()
+            except ConstraintError as exc:
+                raise _WorkerLost(str(exc)) from None
         try:
             self.conn.send((kind, spec, options))
         except (pickle.PicklingError, TypeError, ValueError, RecursionError) as exc:  # nothing was written

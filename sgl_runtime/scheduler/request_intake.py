@@ -95,9 +95,10 @@ class ConstraintWaiter:
         self._cache = None
         self.pending: list[Req] = []
 
-    def start(self) -> None:
-        """Create the cache and start its compile processes before the first constraint arrives."""
-        self._cache_now().start_workers()
+    def start(self, wait: bool = False) -> None:
+        """Create the cache and start its compile processes before the first constraint arrives
+        (with `wait`, until they can compile)."""
+        self._cache_now().start_workers(wait)
 
     def submit(self, req: Req) -> None:
         kind, spec = req.sampling_params.constraint

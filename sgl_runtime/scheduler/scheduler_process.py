@@ -53,11 +53,12 @@ class SchedulerLoop:
         self.lifetime = lifetime
         self.scheduler = Scheduler(server_args)
         self.endpoint = SchedulerEndpoint(self.scheduler)
+        self.scheduler.constraints.start()  # the compile workers import while the model warms up
         if server_args.skip_server_warmup:
             logger.info("warm-up skipped (--skip-server-warmup)")
         else:
             self.endpoint.warm_up()
-        self.scheduler.constraints.start()
+        self.scheduler.constraints.start(wait=True)  # ready (and /health 200) only once they can compile
         context = zmq.Context(1)
         self.inbox = make_socket(context, zmq.PULL, addresses.tokenizer_to_scheduler, bind=True)
         self.outbox = make_socket(context, zmq.PUSH, addresses.scheduler_to_detokenizer, bind=False)

@@ -59,7 +59,7 @@ def build_app(tm: TokenizerManager, metrics: ServerMetrics, process_ids: Optiona
         if tm.admission.draining:
             return error_response(503, "the server is shutting down", "server_error")
         not_ready = tm.not_ready_reason()
-        if not_ready:  # 200 only once every process, the constraint validators included, can serve
+        if not_ready:  # 200 only once every process, the constraint compile workers included, can serve
             return error_response(503, f"the server is starting: {not_ready}", "server_error")
         return Response(status_code=200)
 
