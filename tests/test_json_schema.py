@@ -318,7 +318,7 @@ def test_numbers_follow_json_grammar():
 
 
 def test_state_bound_gives_clear_error(monkeypatch):
-    import sgl_runtime.constrained.json_schema.automata as automata
+    import sgl_runtime.constrained.automata as automata
 
     monkeypatch.setattr(automata, "MAX_STATES", 50)
     with pytest.raises(ConstraintError, match="too large"):

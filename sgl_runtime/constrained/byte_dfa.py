@@ -21,8 +21,8 @@ import interegular
 import numpy as np
 from interegular.fsm import anything_else
 
+from sgl_runtime.constrained.automata import to_interegular
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import to_interegular
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 from sgl_runtime.constrained.utf8_expansion import Utf8Expander
 

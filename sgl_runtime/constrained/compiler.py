@@ -125,7 +125,7 @@ def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
 
 
 def _structural_tag(spec: Any, vocabulary: Vocabulary, max_states: int) -> DFAConstraint:
-    from sgl_runtime.constrained.json_schema.automata import to_interegular
+    from sgl_runtime.constrained.automata import to_interegular
     from sgl_runtime.constrained.triggered import marker_strings, node_to_dfa, parse_spec, with_marker_tokens
 
     root = parse_spec(spec)["root"]

@@ -22,14 +22,15 @@ import re
 from collections import defaultdict
 from re import _parser as sre_parse
 
-from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema import automata
-from sgl_runtime.constrained.json_schema.automata import (
+from sgl_runtime.constrained.automata import (
     Charset,
     Dfa,
+    _charsets_of,
+    _check_size,
     _minimize,
     _Partition,
 )
+from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_nfa import RegexNfa
 from sgl_runtime.constrained.regex_selfcheck import check_against_re
 
@@ -94,9 +95,7 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
     suffixes = list(dict.fromkeys(g.suffix for g in guards if g.suffix is not None))
     prefix_id = {d: i for i, d in enumerate(prefixes)}
     suffix_id = {d: i for i, d in enumerate(suffixes)}
-    part = _Partition(
-        [cs for out in nfa.edges for cs, _ in out] + automata._charsets_of(prefixes) + automata._charsets_of(suffixes)
-    )
+    part = _Partition([cs for out in nfa.edges for cs, _ in out] + _charsets_of(prefixes) + _charsets_of(suffixes))
     moves = [_moves_by_class(out, part) for out in nfa.edges]
     prefix_tables = [part.table(d) for d in prefixes]
     suffix_tables = [part.table(d) for d in suffixes]
@@ -150,7 +149,7 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
             if j is None:
                 j = index[key] = len(states)
                 states.append(key)
-                automata._check_size(len(states), "regex subset construction")
+                _check_size(len(states), "regex subset construction")
             row[c] = j
         table.append(row)
     return _minimize(table, finals, part)

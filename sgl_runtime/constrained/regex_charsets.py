@@ -11,8 +11,8 @@ import functools
 import re
 from re import _constants as sre
 
+from sgl_runtime.constrained.automata import ANY_CHAR, Charset, charset
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import ANY_CHAR, Charset, charset
 
 IGNORECASE, DOTALL, MULTILINE = re.IGNORECASE.value, re.DOTALL.value, re.MULTILINE.value
 DIGITS = charset("0123456789")

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from re import _constants as sre
 
+from sgl_runtime.constrained.automata import ANY_CHAR, EPSILON, Charset, Dfa
+from sgl_runtime.constrained.automata_ops import concat, difference, intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import ANY_CHAR, EPSILON, Charset, Dfa
-from sgl_runtime.constrained.json_schema.ops import concat, difference, intersect, union
 from sgl_runtime.constrained.regex_charsets import (
     MULTILINE,
     NEWLINE,

@@ -17,8 +17,8 @@ import time
 import zlib
 from collections.abc import Iterator
 
+from sgl_runtime.constrained.automata import Charset, Dfa
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import Charset, Dfa
 
 SAMPLES = 32  # strings of each kind (accepted walk, rejected walk, mutation)
 MAX_LENGTH = 24

@@ -25,9 +25,9 @@ import json
 import weakref
 from typing import Any
 
+from sgl_runtime.constrained.automata import ANY_CHAR, EPSILON, Dfa, char_dfa, literal, work_budget
+from sgl_runtime.constrained.automata_ops import concat, difference, optional, repeat, union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import ANY_CHAR, EPSILON, Dfa, char_dfa, literal, work_budget
-from sgl_runtime.constrained.json_schema.ops import concat, difference, optional, repeat, union
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 MAX_WORK_STATES = 400_000
@@ -168,7 +168,7 @@ def _schema(schema: Any, where: str) -> Dfa:
 def _regex(pattern: Any, path: str) -> Dfa:
     import interegular
 
-    from sgl_runtime.constrained.json_schema.automata import from_interegular
+    from sgl_runtime.constrained.automata import from_interegular
 
     if not isinstance(pattern, str):
         raise ConstraintError(f"structural_tag {path}.regex must be a string")

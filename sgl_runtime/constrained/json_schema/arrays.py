@@ -6,9 +6,9 @@ otherwise it is unsupported (ConstraintError, or ignored with lenient=True).
 
 from __future__ import annotations
 
+from sgl_runtime.constrained.automata import Dfa
+from sgl_runtime.constrained.automata_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import Dfa
-from sgl_runtime.constrained.json_schema.ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.json_schema.values import EXACT, count_keyword
 
 

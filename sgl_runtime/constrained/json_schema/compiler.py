@@ -29,15 +29,15 @@ import json
 
 from interegular.fsm import FSM
 
+from sgl_runtime.constrained.automata import EMPTY, Dfa, literal, to_interegular, work_budget
+from sgl_runtime.constrained.automata_ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
-from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal, to_interegular, work_budget
 from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
-from sgl_runtime.constrained.json_schema.ops import difference, exactly_one, intersect, union
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.strings import string_dfa
 from sgl_runtime.constrained.json_schema.unevaluated import needs_case_split, unevaluated_constraint

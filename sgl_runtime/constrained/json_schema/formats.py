@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from sgl_runtime.constrained.json_schema.automata import Dfa
+from sgl_runtime.constrained.automata import Dfa
 from sgl_runtime.constrained.json_schema.numbers import rx
 
 _LEAP_YEAR = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"

@@ -22,9 +22,9 @@ from decimal import Decimal, InvalidOperation
 
 import interegular
 
+from sgl_runtime.constrained.automata import Dfa, charset, from_interegular, literal, minimize
+from sgl_runtime.constrained.automata_ops import concat, difference, intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import Dfa, charset, from_interegular, literal, minimize
-from sgl_runtime.constrained.json_schema.ops import concat, difference, intersect, union
 
 MAX_MODULUS_STATES = 20_000
 MAX_BOUND_DIGITS = 400

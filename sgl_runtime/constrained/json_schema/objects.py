@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from sgl_runtime.constrained.automata import Dfa, literal
+from sgl_runtime.constrained.automata_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import Dfa, literal
-from sgl_runtime.constrained.json_schema.ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.json_schema.strings import (
     any_content,
     encode_content,

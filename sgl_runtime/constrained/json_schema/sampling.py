@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sgl_runtime.constrained.json_schema.automata import Charset, Dfa
+from sgl_runtime.constrained.automata import Charset, Dfa
 
 _SAMPLE_POOL = 'abcxyzABZ019 _-.:/@#"\\\n\t\x01é中😀'
 

@@ -12,8 +12,7 @@ import functools
 import json
 import re
 
-from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import (
+from sgl_runtime.constrained.automata import (
     ANY_CHAR,
     EMPTY,
     Charset,
@@ -22,7 +21,8 @@ from sgl_runtime.constrained.json_schema.automata import (
     literal,
     minimize,
 )
-from sgl_runtime.constrained.json_schema.ops import intersect, union
+from sgl_runtime.constrained.automata_ops import intersect, union
+from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+from sgl_runtime.constrained.automata import ANY_CHAR, Dfa, charset
+from sgl_runtime.constrained.automata_ops import difference, intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import ANY_CHAR, Dfa, charset
-from sgl_runtime.constrained.json_schema.ops import difference, intersect, union
 from sgl_runtime.constrained.json_schema.values import EXACT, FREE_ORDER
 
 MAX_BRANCHES = 4

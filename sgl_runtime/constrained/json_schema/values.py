@@ -3,10 +3,10 @@ free-form values nested to a bounded depth, and the spellings of literal values 
 
 from __future__ import annotations
 
+from sgl_runtime.constrained.automata import EMPTY, Dfa, literal
+from sgl_runtime.constrained.automata_ops import Nfa, concat, repeat, union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.automata import EMPTY, Dfa, literal
 from sgl_runtime.constrained.json_schema.numbers import number_literal_dfa, number_universe, rx
-from sgl_runtime.constrained.json_schema.ops import Nfa, concat, repeat, union
 from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
 
 JSON_WHITESPACE = frozenset(" \t\n\r")

@@ -6,20 +6,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Sequence
 
-from sgl_runtime.constrained.json_schema import automata
-from sgl_runtime.constrained.json_schema.automata import (
+from sgl_runtime.constrained.automata import (
     EMPTY,
     EPSILON,
     Charset,
     Dfa,
     _charsets_of,
+    _check_size,
     _minimize,
     _Partition,
 )
-
-
-def _check_size(n: int, what: str) -> None:
-    automata._check_size(n, what)
 
 
 class Nfa:

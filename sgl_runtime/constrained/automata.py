@@ -1,9 +1,9 @@
-"""Character-level DFAs for the JSON Schema compiler: charsets, the `Dfa` value, character-class
+"""Character-level DFAs shared by the regular constraints (regex, JSON Schema, structural tags):
 partitions, Hopcroft minimization and conversion from/to interegular's FSM.
 
 A `Dfa` is a list of per-state edges labelled with `Charset`s (disjoint within a state),
 state 0 initial, missing transitions going to an implicit dead state. The operations that
-combine Dfas (json_schema_ops) always return minimal Dfas.
+combine Dfas (automata_ops) always return minimal Dfas.
 """
 
 from __future__ import annotations
