@@ -13,6 +13,7 @@ import torch
 from gguf_fixtures import transformers_gguf_model
 from model_fixtures import load_for_test
 from server_fixtures import ServerProcess
+from sglang_programs import monkeypatch_module, run_program, sgl_lang_programs, sglang_programs, tokenizer_module  # noqa: F401 - fixtures
 
 from sgl_runtime.model_loader.demo_download import demo_gguf_path
 from sgl_runtime.model_loader.gguf_loader import (
@@ -131,3 +132,13 @@ def test_logits_match_transformers_own_gguf_loading(demo_file, tokenizer):
     logits = harness.run_forward([(harness.new_request(), 0, ids)])[0]
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-3 * expected.abs().max().item())
     assert logits.argmax(-1).tolist() == expected.argmax(-1).tolist()
+
+
+@pytest.mark.usefixtures("tokenizer_module")
+@pytest.mark.parametrize("frontend", ["sglang", "sgl_lang"])
+@pytest.mark.parametrize("program", ["decode_json", "decode_json_regex"])
+def test_sglang_json_programs_parse_on_the_trained_model(server, program, frontend):
+    """SGLang's test programs that json.loads what the model wrote (on the random model a string may
+    end on the token limit): on the trained model they pass as written, through both frontends."""
+    sgl, programs = sglang_programs() if frontend == "sglang" else sgl_lang_programs()
+    run_program(program, sgl, programs, server.url)

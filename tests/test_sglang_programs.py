@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
-import types
 
 import pytest
+from sglang_programs import monkeypatch_module, run_program, sgl_lang_programs, sglang_programs, tokenizer_module  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("tokenizer_module")]
 
 if importlib.util.find_spec("sglang") is None:
     pytest.skip(
@@ -40,53 +39,9 @@ STRUCTURAL = [
 NEEDS_A_MODEL = {"decode_json_regex", "decode_json"}
 
 
-def _sglang_programs():
-    sgl = pytest.importorskip("sglang")
-    import sglang.test.test_programs as programs
-
-    return sgl, programs
-
-
-def _sgl_lang_programs():
-    """The same source file, with `import sglang as sgl` (and sglang.lang.ir) changed to sgl_lang."""
-    import sglang.test.test_programs as programs
-
-    import sgl_lang
-
-    source = open(programs.__file__).read()
-    source = source.replace("import sglang as sgl", "import sgl_lang as sgl").replace(
-        "from sglang.lang.ir import", "from sgl_lang.ir import"
-    )
-    module = types.ModuleType("sgl_lang_test_programs")
-    module.__file__ = programs.__file__
-    exec(compile(source, programs.__file__, "exec"), module.__dict__)
-    return sgl_lang, module
-
-
-@pytest.fixture(scope="module")
-def tokenizer_module(monkeypatch_module):
-    """test_gen_min_new_tokens imports sglang.srt.utils.hf_transformers_utils.get_tokenizer, which
-    pulls in torchvision; give that one function from transformers instead."""
-    from transformers import AutoTokenizer
-
-    shim = types.ModuleType("sglang.srt.utils.hf_transformers_utils")
-    shim.get_tokenizer = lambda path, **kw: AutoTokenizer.from_pretrained(path)
-    monkeypatch_module.setitem(sys.modules, "sglang.srt.utils.hf_transformers_utils", shim)
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
-
-
 def _run(program: str, sgl, programs, url: str) -> None:
-    endpoint = sgl.RuntimeEndpoint(url)
-    endpoint.endpoint = endpoint  # test_gen_min_new_tokens reads default_backend.endpoint (a Runtime's)
-    sgl.set_default_backend(endpoint)
-    test = getattr(programs, f"test_{program}")
     try:
-        test(False) if program == "select" else test()
+        run_program(program, sgl, programs, url)
     except json.JSONDecodeError as exc:
         if program not in NEEDS_A_MODEL:
             raise
@@ -110,12 +65,12 @@ UPSTREAM_RACE = pytest.mark.xfail(reason="race in SGLang's frontend text_async_i
 @pytest.mark.parametrize(
     "program", [pytest.param(p, marks=UPSTREAM_RACE) if p == "stream_logprobs" else p for p in STRUCTURAL]
 )
-def test_sglang_frontend_runs_sglang_test_program(program, server, tokenizer_module):
-    sgl, programs = _sglang_programs()
+def test_sglang_frontend_runs_sglang_test_program(program, server):
+    sgl, programs = sglang_programs()
     _run(program, sgl, programs, server.url)
 
 
 @pytest.mark.parametrize("program", STRUCTURAL)
-def test_sgl_lang_runs_sglang_test_program_with_only_the_import_changed(program, server, tokenizer_module):
-    sgl, programs = _sgl_lang_programs()
+def test_sgl_lang_runs_sglang_test_program_with_only_the_import_changed(program, server):
+    sgl, programs = sgl_lang_programs()
     _run(program, sgl, programs, server.url)
