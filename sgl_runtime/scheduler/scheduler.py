@@ -271,7 +271,12 @@ class Scheduler(IntakeMixin, OverlapMixin):
 
     def _batch(self, reqs: list[Req]) -> ScheduleBatch:
         return ScheduleBatch(
-            reqs, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache, self.model_runner.device
+            reqs,
+            self.req_to_token_pool,
+            self.token_to_kv_pool,
+            self.tree_cache,
+            self.model_runner.device,
+            plan_shared_prefix=not self.server_args.disable_cascade_attention,
         )
 
     # ================================================================== running
