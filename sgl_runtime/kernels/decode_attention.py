@@ -21,7 +21,7 @@ from sgl_runtime.kernels._triton import jit, next_power_of_2
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
-PREFIX_SPLITS = 8  # workspace columns MAX_SPLITS .. MAX_SPLITS + PREFIX_SPLITS: a shared prefix's partials
+PREFIX_SPLITS = 4  # workspace columns MAX_SPLITS .. MAX_SPLITS + PREFIX_SPLITS: a shared prefix's partials
 BLOCK_N = 64
 
 

@@ -13,9 +13,44 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional, Sequence
 
-from sgl_runtime.mem_cache.radix_cache import TreeNode
+from sgl_runtime.mem_cache.radix_cache import RadixCache, TreeNode
 
 MIN_SHARED_PREFIX = 32  # tokens; shorter shared prefixes save too little to pay for a group
+
+Groups = list[tuple[int, list[int]]]
+
+
+class SharedPrefixPlanner:
+    """`shared_prefix_groups` for one radix tree, remembered between decode steps: a locked node's path
+    changes only when the tree splits a node, so while the tree's structure_version stands, the same
+    batch gets the same groups back and new requests reuse the paths already walked."""
+
+    def __init__(self, tree_cache: RadixCache, min_prefix: int = MIN_SHARED_PREFIX) -> None:
+        self.tree_cache = tree_cache
+        self.min_prefix = min_prefix
+        self._version = -1
+        self._paths: dict[int, list[tuple[int, int]]] = {}
+        self._last: tuple[tuple[int, ...], Groups] = ((), [])
+
+    def groups(self, last_nodes: Sequence[Optional[TreeNode]]) -> Groups:
+        """As `shared_prefix_groups(last_nodes)`."""
+        if self.tree_cache.structure_version != self._version:
+            self._version = self.tree_cache.structure_version
+            self._paths.clear()
+            self._last = ((), [])
+        key = tuple(-1 if n is None else n.node_id for n in last_nodes)
+        if key != self._last[0]:
+            paths = [self._path(n) for n in last_nodes]
+            self._last = (key, _best([i for i, p in enumerate(paths) if p], 0, paths, self.min_prefix)[1])
+        return [(p, list(m)) for p, m in self._last[1]]
+
+    def _path(self, node: Optional[TreeNode]) -> list[tuple[int, int]]:
+        if node is None:
+            return []
+        path = self._paths.get(node.node_id)
+        if path is None:
+            path = self._paths[node.node_id] = _path(node)
+        return path
 
 
 def shared_prefix_groups(
@@ -57,6 +92,8 @@ def _best(
             branches[paths[i][level][0]].append(i)
     saved, groups = 0, []
     for branch in branches.values():
+        if len(branch) < 2:
+            continue
         branch_saved, branch_groups = _best(branch, level + 1, paths, min_prefix)
         saved += branch_saved
         groups += branch_groups
