@@ -24,7 +24,7 @@ from sgl_runtime.kernels.decode_attention import decode_attention_torch
 from sgl_runtime.layers.attention import torch_backend
 from sgl_runtime.layers.attention.cascade_metadata import CascadePlanner, graph_chunks_for
 from sgl_runtime.mem_cache.radix_cache import RadixCache
-from sgl_runtime.mem_cache.shared_prefix import shared_prefix_groups
+from sgl_runtime.mem_cache.shared_prefix import SharedPrefixPlanner, shared_prefix_groups
 
 
 def shared_pool(lens: list[int], shares: list[tuple[int, list[int]]], kv_heads=2, dim=16, seed=0):
@@ -226,3 +226,17 @@ def test_triton_kernels_under_the_interpreter_match_plain_attention():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{here.parent}{os.pathsep}{here}"}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_planner_remembers_groups_until_a_split_changes_a_path():
+    cache = RadixCache()
+    system = list(range(1, 81))
+    nodes = [_node(cache, system + [900 + i]) for i in range(2)]
+    planner = SharedPrefixPlanner(cache)
+    assert planner.groups(nodes) == [(80, [0, 1])] == planner.groups(nodes)
+    version = cache.structure_version
+    _node(cache, system[:50] + [7])  # splits the shared 80-token node at 50: the paths get one more node
+    assert cache.structure_version > version
+    assert planner.groups(nodes) == [(80, [0, 1])]  # recomputed over the new paths, same sharing
+    assert planner.groups(nodes + [_node(cache, system[:50] + [7])]) == [(50, [0, 1, 2])]  # 50 x 2 > 80 x 1
+    assert planner.groups(nodes[:1]) == []
