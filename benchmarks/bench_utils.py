@@ -55,6 +55,7 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--disable-cuda-graph", action="store_true")
     parser.add_argument("--disable-overlap-schedule", action="store_true")
+    parser.add_argument("--disable-cascade-attention", action="store_true", help="no shared-prefix decode attention")
     parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (GPUs) for the engine")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -83,6 +84,7 @@ def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
         device=args.device,
         disable_cuda_graph=args.disable_cuda_graph,
         disable_overlap_schedule=args.disable_overlap_schedule,
+        disable_cascade_attention=args.disable_cascade_attention,
         random_seed=args.seed,
         log_level="warning",
         tp_size=args.tp_size,

@@ -56,6 +56,9 @@ class ForwardBatch:
     # were requested.
     logits_indices: torch.Tensor
     logits_indices_cpu: Optional[list[int]] = None  # its host mirror, where the scheduler knows it
+    # DECODE only, optional: [(prefix_len, batch indices)] of requests whose req_to_token rows hold the
+    # same KV slots in [0, prefix_len) (a radix-cache prefix), for cascade attention to read once per group.
+    shared_prefix_groups: Optional[list[tuple[int, list[int]]]] = None
     # Set by the runner: the attention backend (holds the KV pool) and the req->token table.
     attn_backend: Any = None
     req_to_token: Optional[torch.Tensor] = None  # [max_reqs, max_context] int32/int64

@@ -136,6 +136,11 @@ class ServerArgs:
         "Largest decode batch captured in a CUDA graph (small extends, one row per token, also replay "
         "sizes up to twice it).",
     )
+    disable_cascade_attention: bool = _arg(
+        False,
+        "Attend to every request's whole context in decode, instead of reading a prefix that requests of the "
+        "batch share in the radix cache once per group (cascade attention).",
+    )
     disable_overlap_schedule: bool = _arg(False, "Do not overlap CPU scheduling with the GPU forward.")
 
     # Constrained decoding

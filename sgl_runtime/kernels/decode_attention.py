@@ -4,6 +4,11 @@ Stage 1: program (request b, KV head g, split s) reads its share of the request'
 attends all GROUP query heads that share g, writing a partial output and its log-sum-exp.
 Stage 2: program (b, h) merges the splits. The partial buffers have a fixed size (max batch x
 heads x max splits), so a CUDA graph can capture both launches.
+
+Cascade (shared-prefix) decode, see kernels/cascade_attention.py: with `kv_start`, request b's
+stage-1 programs read only keys [kv_start[b], seq_len) (its own suffix), the shared prefix
+[0, kv_start[b]) having been attended once for its whole group into the workspace's PREFIX_SPLITS
+extra columns; stage 2 then merges those columns too for every request whose kv_start is > 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from sgl_runtime.kernels._triton import jit, next_power_of_2
 
 LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
+PREFIX_SPLITS = 4  # workspace columns MAX_SPLITS .. MAX_SPLITS + PREFIX_SPLITS: a shared prefix's partials
 BLOCK_N = 64
 
 
@@ -47,12 +53,14 @@ def num_splits_for(batch_size: int, kv_heads: int, num_sms: int = 132) -> int:
 
 
 class DecodeWorkspace:
-    """Fixed-size fp32 partial-result buffers for up to `max_batch` requests (CUDA-graph safe)."""
+    """Fixed-size fp32 partial-result buffers for up to `max_batch` requests (CUDA-graph safe);
+    with `cascade`, PREFIX_SPLITS more columns per (request, head) for shared-prefix partials."""
 
-    def __init__(self, max_batch: int, heads: int, dim: int, device) -> None:
-        self.max_batch, self.heads, self.dim = max_batch, heads, dim
-        self.mid_out = torch.empty((max_batch, heads, MAX_SPLITS, dim), dtype=torch.float32, device=device)
-        self.mid_lse = torch.empty((max_batch, heads, MAX_SPLITS), dtype=torch.float32, device=device)
+    def __init__(self, max_batch: int, heads: int, dim: int, device, cascade: bool = False) -> None:
+        self.max_batch, self.heads, self.dim, self.cascade = max_batch, heads, dim, cascade
+        columns = MAX_SPLITS + (PREFIX_SPLITS if cascade else 0)
+        self.mid_out = torch.empty((max_batch, heads, columns, dim), dtype=torch.float32, device=device)
+        self.mid_lse = torch.empty((max_batch, heads, columns), dtype=torch.float32, device=device)
 
 
 def decode_attention(
@@ -69,9 +77,12 @@ def decode_attention(
     block_n: int = BLOCK_N,
     num_warps: int = 4,
     num_stages: int = 2,
+    kv_start: torch.Tensor | None = None,
 ) -> None:
     """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device.
-    block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them)."""
+    block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them).
+    kv_start [B] (cascade; needs a cascade workspace): request b's first kv_start[b] keys were
+    attended by `shared_prefix_attention` into the prefix columns; stage 1 reads the rest."""
     batch, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
     assert o.shape == q.shape and q.stride(2) == 1 and o.stride(2) == 1, (q.shape, o.shape)
@@ -86,6 +97,7 @@ def decode_attention(
     assert req_pool_indices.shape == seq_lens.shape == (batch,), (req_pool_indices.shape, seq_lens.shape)
     assert req_to_token.stride(1) == 1 and 1 <= num_splits <= MAX_SPLITS
     assert batch <= workspace.max_batch and (heads, dim) == (workspace.heads, workspace.dim), "workspace too small"
+    assert kv_start is None or (workspace.cascade and kv_start.shape == (batch,)), "kv_start needs a cascade workspace"
     if batch == 0:
         return
     group = heads // kv_heads
@@ -98,6 +110,7 @@ def decode_attention(
         req_to_token,
         req_pool_indices,
         seq_lens,
+        seq_lens if kv_start is None else kv_start,
         mid_out,
         mid_lse,
         scale * LOG2E,
@@ -115,6 +128,7 @@ def decode_attention(
         KV_HEADS=kv_heads,
         D=dim,
         BLOCK_N=block_n,
+        HAS_START=kv_start is not None,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -122,7 +136,7 @@ def decode_attention(
         mid_out,
         mid_lse,
         o,
-        seq_lens,
+        seq_lens if kv_start is None else kv_start,
         num_splits,
         mid_out.stride(0),
         mid_out.stride(1),
@@ -133,6 +147,7 @@ def decode_attention(
         o.stride(1),
         D=dim,
         SPLITS_PAD=MAX_SPLITS,
+        PREFIX_COLUMNS=PREFIX_SPLITS if kv_start is not None else 0,
         num_warps=4,
     )
 
@@ -141,7 +156,10 @@ def decode_attention(
 def _kernels():
     import triton.language as tl
 
-    @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["req_pool_indices", "seq_lens"])
+    @jit(
+        do_not_specialize=["num_splits"],
+        do_not_specialize_on_alignment=["req_pool_indices", "seq_lens", "kv_start"],
+    )
     def _stage1(
         q,
         k_buffer,
@@ -149,6 +167,7 @@ def _kernels():
         req_to_token,
         req_pool_indices,
         seq_lens,
+        kv_start,
         mid_out,
         mid_lse,
         qk_scale,
@@ -166,15 +185,20 @@ def _kernels():
         KV_HEADS: tl.constexpr,
         D: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        HAS_START: tl.constexpr,
     ):
         b = tl.program_id(0)
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
         seq_len = tl.load(seq_lens + b).to(tl.int32)
+        if HAS_START:
+            start_at = tl.load(kv_start + b).to(tl.int32)
+        else:
+            start_at = 0
         row = tl.load(req_pool_indices + b).to(tl.int64)
         # Split length rounded to whole blocks, so every split but the last is full.
-        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-        lo = split * split_len
+        split_len = tl.cdiv(tl.cdiv(seq_len - start_at, num_splits), BLOCK_N) * BLOCK_N
+        lo = start_at + split * split_len
         hi = tl.minimum(lo + split_len, seq_len)
 
         offs_g = tl.arange(0, GROUP_PAD)
@@ -212,12 +236,12 @@ def _kernels():
         tl.store(mid_out + base + heads[:, None] * stride_moh + offs_d[None, :], out, mask=g_valid[:, None])
         tl.store(mid_lse + b.to(tl.int64) * stride_mlb + heads * stride_mlh + split, lse, mask=g_valid)
 
-    @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["seq_lens"])
+    @jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["kv_start"])
     def _stage2(
         mid_out,
         mid_lse,
         o,
-        seq_lens,
+        kv_start,
         num_splits,
         stride_mob,
         stride_moh,
@@ -228,21 +252,34 @@ def _kernels():
         stride_oh,
         D: tl.constexpr,
         SPLITS_PAD: tl.constexpr,
+        PREFIX_COLUMNS: tl.constexpr,
     ):
         b = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         offs_s = tl.arange(0, SPLITS_PAD)
         offs_d = tl.arange(0, D)
         s_valid = offs_s < num_splits
-        lse = tl.load(mid_lse + b * stride_mlb + head * stride_mlh + offs_s, mask=s_valid, other=float("-inf"))
-        m = tl.max(lse, 0)
-        w = tl.where(s_valid, tl.exp2(lse - m), 0.0)  # [SPLITS_PAD]
-        parts = tl.load(
-            mid_out + b * stride_mob + head * stride_moh + offs_s[:, None] * stride_mos + offs_d[None, :],
-            mask=s_valid[:, None],
-            other=0.0,
-        )  # [SPLITS_PAD, D]
-        out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
+        lse_base = mid_lse + b * stride_mlb + head * stride_mlh
+        out_base = mid_out + b * stride_mob + head * stride_moh
+        lse = tl.load(lse_base + offs_s, mask=s_valid, other=float("-inf"))  # [SPLITS_PAD]
+        parts = tl.load(out_base + offs_s[:, None] * stride_mos + offs_d[None, :], mask=s_valid[:, None], other=0.0)
+        if PREFIX_COLUMNS > 0:  # also the shared prefix's partials, where this request's group wrote them
+            offs_p = tl.arange(0, PREFIX_COLUMNS)
+            p_valid = offs_p < tl.where(tl.load(kv_start + b) > 0, PREFIX_COLUMNS, 0)
+            lse_p = tl.load(lse_base + SPLITS_PAD + offs_p, mask=p_valid, other=float("-inf"))  # [PREFIX_COLUMNS]
+            parts_p = tl.load(
+                out_base + (SPLITS_PAD + offs_p[:, None]) * stride_mos + offs_d[None, :],
+                mask=p_valid[:, None],
+                other=0.0,
+            )  # [PREFIX_COLUMNS, D]
+            m = tl.maximum(tl.max(lse, 0), tl.max(lse_p, 0))
+            w = tl.where(s_valid, tl.exp2(lse - m), 0.0)
+            w_p = tl.where(p_valid, tl.exp2(lse_p - m), 0.0)
+            out = (tl.sum(parts * w[:, None], 0) + tl.sum(parts_p * w_p[:, None], 0)) / (tl.sum(w, 0) + tl.sum(w_p, 0))
+        else:
+            m = tl.max(lse, 0)
+            w = tl.where(s_valid, tl.exp2(lse - m), 0.0)  # [SPLITS_PAD]
+            out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
         tl.store(o + b * stride_ob + head * stride_oh + offs_d, out.to(o.dtype.element_ty))
 
     return _stage1, _stage2

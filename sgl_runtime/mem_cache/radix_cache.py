@@ -48,6 +48,7 @@ class RadixCache:
         """`device`: where empty results are created; pass the KV pool's device."""
         self.disable = disable
         self.device = torch.device(device)
+        self.structure_version = 0  # bumped whenever an existing node's root path changes (a split, a reset)
         self.reset()
 
     # ---------------------------------------------------------------- public API
@@ -55,6 +56,7 @@ class RadixCache:
     def reset(self) -> None:
         """Drop every cached entry (the caller is responsible for the KV pool)."""
         self._clock = 0
+        self.structure_version += 1
         self.root_node = TreeNode([], self._empty(), None, 0)
         self._evictable_size = 0
         self._protected_size = 0
@@ -222,6 +224,7 @@ class RadixCache:
     def _split(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut `child` after `split_len` tokens; return the new upper node (child keeps the rest)."""
         parent = child.parent
+        self.structure_version += 1
         upper = TreeNode(child.key[:split_len], child.value[:split_len], parent, child.last_access_time)
         upper.lock_ref = child.lock_ref
         upper.children = {child.key[split_len]: child}

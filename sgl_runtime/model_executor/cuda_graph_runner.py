@@ -101,7 +101,7 @@ class CudaGraphRunner:
         )
 
     def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_forward_metadata(batch)
+        self.attn_backend.init_graph_metadata(batch)
         return self.model(batch.input_ids, batch.positions, batch)
 
     @torch.inference_mode()
@@ -143,6 +143,7 @@ class CudaGraphRunner:
         self.req_pool_indices[:bs].copy_(forward_batch.req_pool_indices, non_blocking=True)
         self.seq_lens[:bs].copy_(forward_batch.seq_lens, non_blocking=True)
         self.out_cache_loc[:bs].copy_(forward_batch.out_cache_loc, non_blocking=True)
+        self.attn_backend.fill_graph_metadata(forward_batch, padded)
         self.graphs[padded].replay()
         return self.outputs[padded][:bs]
 

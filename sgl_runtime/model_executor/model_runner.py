@@ -244,7 +244,12 @@ class ModelRunner:
         return max(1, min(default, self.max_total_num_tokens // 2))
 
     def _make_attention_backend(self):
-        return self._attention_backend_class()(self.token_to_kv_pool, self.req_to_token_pool)
+        cls = self._attention_backend_class()
+        cascade = not self.server_args.disable_cascade_attention
+        if cls.__name__ == "TritonAttentionBackend":  # its cascade tiles need the query heads up front
+            heads = self.model_config.num_attention_heads // self.server_args.tp_size
+            return cls(self.token_to_kv_pool, self.req_to_token_pool, num_heads=heads, cascade=cascade)
+        return cls(self.token_to_kv_pool, self.req_to_token_pool, cascade=cascade)
 
     def _attention_backend_class(self) -> type:
         choice = self.server_args.attention_backend

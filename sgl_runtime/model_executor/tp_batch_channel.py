@@ -35,6 +35,7 @@ class BatchChannel:
             fb.num_tokens,
             int(fb.logits_indices.numel()),
             [int(cells.numel()) for cells, _ in writes],
+            fb.shared_prefix_groups,
         )
         self.tp.broadcast_object(header)
         columns = [
@@ -64,7 +65,7 @@ class BatchChannel:
             header = self.tp.broadcast_object()
         if header == STOP:
             return None
-        mode, bs, seq_lens_cpu, prefix_cpu, ext_cpu, logits_cpu, num_tokens, num_logits, write_sizes = header
+        mode, bs, seq_lens_cpu, prefix_cpu, ext_cpu, logits_cpu, num_tokens, num_logits, write_sizes, groups = header
         sizes = [num_tokens, num_tokens] + [bs] * 5 + [num_tokens, num_logits] + write_sizes * 2
         packed = self.tp.broadcast(torch.empty(sum(sizes), dtype=torch.int64, device=self.device))
         parts = list(packed.split(sizes))
@@ -87,5 +88,6 @@ class BatchChannel:
             extend_seq_lens_cpu=ext_cpu,
             logits_indices=logits,
             logits_indices_cpu=logits_cpu,
+            shared_prefix_groups=groups,
         )
         return batch, writes

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from sgl_runtime.forward_batch import ForwardBatch, ForwardMode
+from sgl_runtime.mem_cache.shared_prefix import SharedPrefixPlanner
 from sgl_runtime.scheduler.req import Req
 
 __all__ = ["Req", "ScheduleBatch", "LogitsLayout", "alloc_token_slots", "cache_unfinished_req", "release_req_kv"]
@@ -61,8 +62,18 @@ class LogitsLayout:
 class ScheduleBatch:
     """The requests of one forward, and the pools it allocates from."""
 
-    def __init__(self, reqs: list[Req], req_to_token_pool, token_to_kv_pool, tree_cache, device) -> None:
+    def __init__(
+        self,
+        reqs: list[Req],
+        req_to_token_pool,
+        token_to_kv_pool,
+        tree_cache,
+        device,
+        shared_prefix: Optional[SharedPrefixPlanner] = None,
+    ) -> None:
+        """`shared_prefix`: decode batches list the requests that share a cached prefix (cascade attention)."""
         self.reqs = reqs
+        self.shared_prefix = None if tree_cache.disable else shared_prefix
         self.req_to_token_pool = req_to_token_pool
         self.token_to_kv_pool = token_to_kv_pool
         self.tree_cache = tree_cache
@@ -171,7 +182,13 @@ class ScheduleBatch:
             extend_seq_lens_cpu=ext_lens,
             logits_indices=logits_t,
             logits_indices_cpu=logits_rows,
+            shared_prefix_groups=self._shared_prefix_groups() if is_decode else None,
         )
+
+    def _shared_prefix_groups(self) -> Optional[list[tuple[int, list[int]]]]:
+        if self.shared_prefix is None or len(self.reqs) < 2:
+            return None
+        return self.shared_prefix.groups([r.last_node if r.node_locked else None for r in self.reqs]) or None
 
     def _columns(self, prefix_lens: list[int], ext_lens: list[int], on_device: list[bool]):
         """(ids, positions, seq_lens, starts) of the new tokens; a device input's id is a placeholder 0."""

@@ -23,6 +23,7 @@ from sgl_runtime.io_struct import (
     TokenizedGenerateReqInput,
 )
 from sgl_runtime.mem_cache.radix_cache import RadixCache
+from sgl_runtime.mem_cache.shared_prefix import SharedPrefixPlanner
 from sgl_runtime.model_config import ModelConfig
 from sgl_runtime.model_executor.model_runner import ModelRunner, resolve_model_path
 from sgl_runtime.sampler import Sampler
@@ -61,6 +62,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
         self.max_total_num_tokens = self.model_runner.max_total_num_tokens
         self.max_running_requests = self.model_runner.max_running_requests
         self.tree_cache = RadixCache(disable=server_args.disable_radix_cache, device=self.model_runner.device)
+        self.shared_prefix = None if server_args.disable_cascade_attention else SharedPrefixPlanner(self.tree_cache)
         self.policy = SchedulePolicy(server_args.schedule_policy, self.tree_cache)
         self.sampler = Sampler()
         self.new_token_ratio = NewTokenRatio(server_args.schedule_conservativeness)
@@ -271,7 +273,12 @@ class Scheduler(IntakeMixin, OverlapMixin):
 
     def _batch(self, reqs: list[Req]) -> ScheduleBatch:
         return ScheduleBatch(
-            reqs, self.req_to_token_pool, self.token_to_kv_pool, self.tree_cache, self.model_runner.device
+            reqs,
+            self.req_to_token_pool,
+            self.token_to_kv_pool,
+            self.tree_cache,
+            self.model_runner.device,
+            shared_prefix=self.shared_prefix,
         )
 
     # ================================================================== running

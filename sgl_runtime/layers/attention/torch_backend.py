@@ -6,28 +6,44 @@ import torch
 from torch.nn import functional as F
 
 from sgl_runtime.forward_batch import ForwardBatch
+from sgl_runtime.kernels.cascade_attention import cascade_decode_attention_torch
 from sgl_runtime.layers.attention.base import AttentionBackend
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, kv_pool, req_to_token_pool):
+    def __init__(self, kv_pool, req_to_token_pool, cascade: bool = False):
+        """`cascade`: decode batches with shared-prefix groups read each group's prefix once."""
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
+        self.cascade = cascade
 
     def forward_extend(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
         return self._attend(q, layer, forward_batch)
 
     def forward_decode(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
+        if self.cascade and forward_batch.shared_prefix_groups:
+            return cascade_decode_attention_torch(
+                q,
+                self.kv_pool.get_key_buffer(layer.layer_id),
+                self.kv_pool.get_value_buffer(layer.layer_id),
+                self._req_to_token(forward_batch),
+                forward_batch.req_pool_indices,
+                forward_batch.seq_lens_cpu,
+                forward_batch.shared_prefix_groups,
+                layer.scaling,
+            )
         # Decode is an extend of one token per request: no mask needed, the token sees its whole sequence.
         return self._attend(q, layer, forward_batch)
+
+    def _req_to_token(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        table = forward_batch.req_to_token
+        return self.req_to_token_pool.req_to_token if table is None else table
 
     def _attend(self, q: torch.Tensor, layer, forward_batch: ForwardBatch) -> torch.Tensor:
         # q: [T, H, D] -> out: [T, H, D]
         k_buffer = self.kv_pool.get_key_buffer(layer.layer_id)
         v_buffer = self.kv_pool.get_value_buffer(layer.layer_id)
-        req_to_token = forward_batch.req_to_token
-        if req_to_token is None:
-            req_to_token = self.req_to_token_pool.req_to_token
+        req_to_token = self._req_to_token(forward_batch)
         out = torch.empty_like(q)
         start = 0
         for i, (seq_len, extend_len) in enumerate(zip(forward_batch.seq_lens_cpu, forward_batch.extend_seq_lens_cpu)):
