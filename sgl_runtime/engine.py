@@ -15,6 +15,8 @@ from sgl_runtime.io_struct import GenerateReqInput
 from sgl_runtime.process.child_processes import ChildProcesses
 from sgl_runtime.server_args import ServerArgs
 
+ENGINE_MAX_SEQUENCES = 1 << 24  # sequences (prompts x n) one Engine.generate call may ask for
+
 
 class Engine:
     """Loads the model (the built-in demo model when `model_path` is None) and generates synchronously.
@@ -37,6 +39,8 @@ class Engine:
         self.scheduler = None
         self.workers: Optional[ChildProcesses] = None  # tensor-parallel ranks 1..N-1 (this process is rank 0)
         self.worker_failure: Optional[str] = None
+        # An offline batch may be as large as the caller likes; the server's per-request cap guards HTTP clients.
+        server_args.setdefault("max_sequences_per_request", ENGINE_MAX_SEQUENCES)
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         if self.server_args.tp_size > 1:
             self.server_args = self._start_workers(self.server_args)

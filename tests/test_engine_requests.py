@@ -170,3 +170,10 @@ def test_a_failure_after_the_forward_also_frees_everything(engine, monkeypatch):
     assert out.outputs[0].finished_reason["type"] == "abort" and "sampler failure" in out.outputs[0].error
     assert scheduler.tree_cache.total_size() == 0  # failed requests' KV is freed, not cached
     assert scheduler.kv_available_size() == scheduler.max_total_num_tokens
+
+
+def test_an_offline_batch_may_exceed_the_servers_per_request_cap(engine):
+    """--max-sequences-per-request (512) guards HTTP clients; Engine.generate takes a larger batch."""
+    prompts = [[1 + i % 50, 2, 3] for i in range(600)]
+    outs = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0})
+    assert len(outs) == 600 and all(len(o["output_ids"]) == 1 for o in outs)
