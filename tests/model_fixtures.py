@@ -226,3 +226,23 @@ def load_for_test(path: str, dtype: torch.dtype = torch.float32, harness_kwargs:
 
     model = load_model(path, dtype, "cpu")
     return model, ForwardHarness(model, dtype=dtype, **(harness_kwargs or {}))
+
+
+def expert_shards(w13: torch.Tensor, w2: torch.Tensor, tp_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each tensor-parallel rank's (w13, w2) of stacked experts w13 [E, 2I, H], w2 [E, H, I], loaded one
+    expert matrix at a time through FusedMoE.weight_loader as a checkpoint's would be."""
+    from sgl_runtime.distributed.parallel_state import TPGroup
+    from sgl_runtime.layers.moe import FusedMoE
+
+    experts, two_inter, hidden = w13.shape
+    inter = two_inter // 2
+    shards = []
+    for rank in range(tp_size):
+        module = FusedMoE(experts, 1, hidden, inter, False, TPGroup(rank=rank, size=tp_size, device="cpu"))
+        module.to(w13.dtype)
+        for e in range(experts):
+            module.weight_loader(w13[e, :inter].cpu(), e, "gate")
+            module.weight_loader(w13[e, inter:].cpu(), e, "up")
+            module.weight_loader(w2[e].cpu(), e, "down")
+        shards.append((module.w13_weight.data.to(w13.device), module.w2_weight.data.to(w2.device)))
+    return shards

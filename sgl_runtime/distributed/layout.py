@@ -18,16 +18,24 @@ def local_device_index(rank: int, tp_size: int, nnodes: int) -> int:
 
 
 def check_tp_fits(
-    tp_size: int, nnodes: int, num_heads: int, num_kv_heads: int, intermediate_size: int, device: str
+    tp_size: int,
+    nnodes: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    device: str,
+    moe_intermediate_size: int = 0,
 ) -> None:
-    """ValueError in one line when the model's heads or MLP do not split over tp_size ranks, or a node
-    has fewer visible GPUs than ranks."""
+    """ValueError in one line when the model's heads, MLP or experts (`moe_intermediate_size`, 0 for
+    none) do not split over tp_size ranks, or a node has fewer visible GPUs than ranks."""
     if tp_size == 1:
         return
     if num_heads % tp_size:
         raise ValueError(f"--tp-size {tp_size} does not divide the model's {num_heads} attention heads")
     if intermediate_size % tp_size:
         raise ValueError(f"--tp-size {tp_size} does not divide the model's intermediate size {intermediate_size}")
+    if moe_intermediate_size % tp_size:
+        raise ValueError(f"--tp-size {tp_size} does not divide the experts' intermediate size {moe_intermediate_size}")
     if num_kv_heads % tp_size and tp_size % num_kv_heads:
         raise ValueError(f"--tp-size {tp_size} and the model's {num_kv_heads} KV heads: one must divide the other")
     if device != "cpu":

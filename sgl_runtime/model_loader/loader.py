@@ -42,7 +42,7 @@ def load_model(
     model_class = get_model_class(getattr(hf_config, "architectures", None))
     model = build_empty_model(model_class, hf_config, dtype, device, tp)
     if load_format == "dummy":
-        init_dummy_weights(model, seed + (tp.rank if tp is not None else 0))
+        init_dummy_weights(model, seed, tp.rank if tp is not None else 0)
     elif load_format == "gguf" or gguf_source_of(model_path) is not None:
         if tp is not None and tp.size > 1:
             raise ValueError("GGUF checkpoints load on one GPU only (--tp-size 1); use a safetensors checkpoint for TP")
@@ -70,15 +70,29 @@ def build_empty_model(
 
 
 @torch.no_grad()
-def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Uniform(-0.02, 0.02) for matrices and biases, ones for norm weights; seeded, generated on the device."""
+def init_dummy_weights(model: nn.Module, seed: int, rank: int = 0) -> None:
+    """Uniform(-0.02, 0.02) for matrices and biases, ones for norm weights; seeded, generated on the device.
+    A tensor-parallel shard draws from a generator seeded by `seed + rank`; a replicated parameter (an MoE
+    router, a row-parallel bias) from one seeded by `seed` alone, so every rank holds the same copy."""
     first = next(model.parameters())
-    generator = torch.Generator(device=first.device).manual_seed(seed)
+    replicated = torch.Generator(device=first.device).manual_seed(seed)
+    sharded = torch.Generator(device=first.device).manual_seed(seed + rank)
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
             param.fill_(1.0)
-        else:
-            param.uniform_(-DUMMY_WEIGHT_RANGE, DUMMY_WEIGHT_RANGE, generator=generator)
+            continue
+        module_name, _, param_name = name.rpartition(".")
+        generator = sharded if _is_sharded(model.get_submodule(module_name), param_name) else replicated
+        param.uniform_(-DUMMY_WEIGHT_RANGE, DUMMY_WEIGHT_RANGE, generator=generator)
+
+
+def _is_sharded(module: nn.Module, param: str) -> bool:
+    """Whether `module`'s parameter differs per tensor-parallel rank (a tp layer's, unless its region is whole)."""
+    tp = getattr(module, "tp", None)
+    if tp is None or tp.size == 1:
+        return False
+    source_region = getattr(module, "source_region", None)
+    return source_region is None or source_region(param, None) is not None
 
 
 def load_safetensors_weights(model: nn.Module, model_path: str, lazy: bool = False) -> None:

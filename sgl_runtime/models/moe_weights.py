@@ -1,5 +1,6 @@
 """Checkpoint loading for mixture-of-experts models: per-expert HF tensors go into the stacked [E, ...]
-FusedMoE parameters; every other tensor passes through to the dense model's loader unchanged."""
+FusedMoE parameters (each rank's FusedMoE reads only its part of a tensor or safetensors slice); every
+other tensor passes through to the dense model's loader unchanged."""
 
 from __future__ import annotations
 
@@ -54,12 +55,7 @@ class ExpertWeightLoader:
         fused = _FUSED.match(name)
         if fused and fused["module"] in self.experts:
             module, param = self.experts[fused["module"]], _FUSED_PARAMS[fused["param"]]
-            target = getattr(module, param)
-            if tuple(target.shape) != tuple(tensor.shape):
-                raise ValueError(
-                    f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
-                )
-            target.copy_(tensor)
+            module.load_stacked(name, tensor, param)
             self.seen.setdefault(f"{fused['module']}.{param}", set()).update(module.expected_shards(param))
             return True
         return False

@@ -1,6 +1,7 @@
 """Tensor parallelism as a transform of a built model (gpt-fast's apply_tp): the Llama-family layers'
-projections become column/row-parallel, the embedding and LM head vocabulary-parallel, and each
-attention layer keeps its rank's heads (KV heads replicated when there are fewer than ranks)."""
+projections become column/row-parallel, the embedding and LM head vocabulary-parallel, each
+attention layer keeps its rank's heads (KV heads replicated when there are fewer than ranks), and
+each MoE layer's experts keep their rank's slice of the intermediate dimension (router replicated)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sgl_runtime.layers.linear import (
     Shard,
     VocabParallelEmbedding,
 )
+from sgl_runtime.layers.moe import FusedMoE, SparseMoeBlock
 from sgl_runtime.models.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
 
 
@@ -24,9 +26,12 @@ def apply_tp(model: nn.Module, tp: TPGroup) -> nn.Module:
     hidden = model.config.hidden_size
     for layer in model.model.layers:
         _shard_attention(layer.self_attn, hidden, tp)
-        if not isinstance(layer.mlp, LlamaMLP):
+        if isinstance(layer.mlp, LlamaMLP):
+            _shard_mlp(layer.mlp, hidden, tp)
+        elif isinstance(layer.mlp, SparseMoeBlock):
+            _shard_experts(layer.mlp, tp)
+        else:
             raise ValueError(f"{type(layer.mlp).__name__} layers do not support tensor parallelism (tp_size > 1)")
-        _shard_mlp(layer.mlp, hidden, tp)
     model.model.embed_tokens = VocabParallelEmbedding(model.config.vocab_size, hidden, tp)
     model.lm_head = ParallelLMHead(model.config.vocab_size, hidden, tp)
     model.tie_weights()
@@ -52,3 +57,10 @@ def _shard_mlp(mlp: LlamaMLP, hidden: int, tp: TPGroup) -> None:
     mlp.gate_up_proj = ColumnParallelLinear(hidden, [Shard("gate", size, 1), Shard("up", size, 1)], False, tp)
     mlp.down_proj = RowParallelLinear(size, hidden, False, tp)
     mlp.intermediate_size = size // tp.size
+
+
+def _shard_experts(block: SparseMoeBlock, tp: TPGroup) -> None:
+    """Tensor parallelism inside every expert (not expert parallelism): each rank holds all E experts'
+    gate/up rows and down columns for its 1/N of the intermediate dimension; one all-reduce per layer."""
+    e = block.experts
+    block.experts = FusedMoE(e.num_experts, e.top_k, e.hidden_size, e.full_intermediate_size, e.renormalize, tp)

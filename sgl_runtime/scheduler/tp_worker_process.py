@@ -41,6 +41,7 @@ def check_tp_config(server_args: ServerArgs) -> None:
         config.num_kv_heads,
         int(getattr(config.hf_config, "intermediate_size", 0) or 0),
         server_args.resolved_device,
+        moe_intermediate_size=int(getattr(config.hf_config, "moe_intermediate_size", 0) or 0),
     )
 
 
