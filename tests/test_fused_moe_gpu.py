@@ -1,6 +1,7 @@
 """GPU tests of the fused-MoE Triton kernel: against its torch reference over shapes, top-k values and
-dtypes (every tile configuration of `block_config`), under CUDA-graph capture, and a tiny Qwen3-MoE
-served on CUDA with greedy output equal to transformers' (skipped without CUDA).
+dtypes (every tile configuration of `block_config`), on tensor-parallel shards of the experts (each
+rank's slice of the intermediate dimension, summed over the ranks), under CUDA-graph capture, and a
+tiny Qwen3-MoE served on CUDA with greedy output equal to transformers' (skipped without CUDA).
 
 SGL_KERNEL_TEST_DEVICE=cpu with TRITON_INTERPRET=1 runs the kernel comparisons on the CPU interpreter
 (float16/float32 only: the interpreter's bfloat16 dot is not faithful).
@@ -13,6 +14,7 @@ import os
 import pytest
 import torch
 from engine_fixtures import checkpoint, hf_greedy, random_prompts
+from model_fixtures import expert_shards
 
 from sgl_runtime.kernels.fused_moe import block_config, fused_experts, fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
@@ -59,6 +61,19 @@ def test_fused_moe_matches_reference(shape, dtype):
     ref = fused_experts_torch(x, w13, w2, weights, ids)
     assert out.shape == ref.shape == (tokens, hidden) and out.dtype == dtype
     assert _rel_err(out, ref) < TOLERANCE[dtype], _rel_err(out, ref)
+
+
+@pytest.mark.parametrize("tp_size", [2, 4, 8])
+@pytest.mark.parametrize("tokens", [3, 256, 2048])
+def test_fused_moe_on_tensor_parallel_shards(tokens, tp_size):
+    """Qwen3-30B-A3B's experts (768 intermediate) split over tp_size ranks (384 down to 96 per rank): the
+    kernel on each rank's shard, summed as the all-reduce does, equals the whole experts' reference."""
+    x, w13, w2, logits = _inputs(tokens, 128, 8, 2048, 768, torch.float32)
+    weights, ids = select_experts(logits, 8, renormalize=True)
+    shards = expert_shards(w13, w2, tp_size)
+    assert shards[0][0].shape == (128, 2 * 768 // tp_size, 2048) and shards[0][0].is_contiguous()
+    out = sum(fused_experts(x, a, b, weights, ids) for a, b in shards)
+    assert _rel_err(out, fused_experts_torch(x, w13, w2, weights, ids)) < TOLERANCE[torch.float32]
 
 
 def test_shapes_cover_every_tile_configuration():

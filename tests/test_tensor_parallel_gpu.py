@@ -1,6 +1,8 @@
 """Tensor parallelism on two GPUs (NCCL): tp=2 greedy tokens equal tp=1 in float32, with CUDA graphs
 (the all-reduces captured inside them), overlap scheduling, radix-cache hits, a regex constraint with
-jump-forward, and logprobs; and a tp=2 server answers like a tp=1 engine. Skips without 2 GPUs."""
+jump-forward, and logprobs, for a tiny Llama and (through the Triton fused-MoE kernel on each rank's
+slice of the experts) tiny Qwen3-MoE and Mixtral checkpoints; and a tp=2 server answers like a tp=1
+engine. Skips without 2 GPUs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import re
 import pytest
 import requests
 import torch
-from engine_fixtures import random_prompts
+from engine_fixtures import checkpoint, random_prompts
 from model_fixtures import make_tiny_checkpoint
 from server_fixtures import start_server
 
@@ -42,6 +44,13 @@ def _run(path: str, tp_size: int, **extra) -> list[list[int]]:
 @pytest.mark.parametrize("extra", [{}, {"disable_cuda_graph": True}, {"disable_overlap_schedule": True}])
 def test_tp2_equals_tp1_on_cuda(model_path, extra):
     assert _run(model_path, 2, **extra) == _run(model_path, 1, **extra)
+
+
+@pytest.mark.parametrize("extra", [{}, {"disable_cuda_graph": True}])
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+def test_moe_tp2_equals_tp1_on_cuda(tmp_path_factory, arch, extra):
+    path = checkpoint(tmp_path_factory, arch)
+    assert _run(path, 2, **extra) == _run(path, 1, **extra)
 
 
 def test_tp2_server_matches_the_engine(model_path):
