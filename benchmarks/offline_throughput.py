@@ -111,6 +111,7 @@ def run_engine(args, model_dir: str) -> dict:
         engine, hf_ids, [{"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0}] * batch
     )
     result["hf_workload_output_tok_s"] = sum(o["meta_info"]["completion_tokens"] for o in out) / latency
+    engine.shutdown()  # stops the tensor-parallel ranks too
     return result
 
 

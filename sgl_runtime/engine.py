@@ -9,6 +9,7 @@ error as the server.
 from __future__ import annotations
 
 import asyncio
+import atexit
 from typing import Any, AsyncIterator, Optional, Union
 
 from sgl_runtime.io_struct import GenerateReqInput
@@ -130,6 +131,9 @@ class Engine:
         args = with_rendezvous(args.replace(model_path=resolve_model_path(args)))
         check_tp_config(args)
         self.workers = ChildProcesses()
+        # A script that ends without shutdown() would hang at exit: multiprocessing joins the workers,
+        # which wait on rank 0 forever. atexit runs this first (it is registered after multiprocessing's).
+        atexit.register(self.workers.stop)
         start_tp_workers(self.workers, args)
         return args
 
@@ -138,6 +142,7 @@ class Engine:
 
     def _stop_workers(self) -> None:
         if self.workers is not None:
+            atexit.unregister(self.workers.stop)
             self.workers.stop()
         self.workers = None
 

@@ -198,3 +198,29 @@ def test_experts_that_do_not_split_fail_start_up_in_one_line(tmp_path_factory, t
     (tmp_path / "config.json").write_text(json.dumps({**config, "moe_intermediate_size": 30}))
     with pytest.raises(ValueError, match=r"^--tp-size 4 does not divide the experts' intermediate size 30$"):
         Engine(str(tmp_path), device="cpu", tp_size=4)
+
+
+def test_a_script_that_never_shuts_down_its_tp_engine_still_exits(tmp_path_factory):
+    """The benchmarks' use: an MoE model on dummy weights at tp=2 generates; the script ends without
+    Engine.shutdown() and exits at once, its worker rank gone (multiprocessing would otherwise wait on it)."""
+    import subprocess
+    import sys
+    import time
+
+    from server_fixtures import pid_alive
+
+    path = checkpoint(tmp_path_factory, "qwen3_moe")
+    script = (
+        "import json, sys\n"
+        "from sgl_runtime.engine import Engine\n"
+        "e = Engine(sys.argv[1], device='cpu', tp_size=2, load_format='dummy', max_total_tokens=1024)\n"
+        "out = e.generate(input_ids=[[1, 2, 3]], sampling_params={'max_new_tokens': 3, 'ignore_eos': True})\n"
+        "print(json.dumps({'tokens': out[0]['meta_info']['completion_tokens'],"
+        " 'workers': [p.pid for p in e.workers.processes.values()]}))\n"
+    )
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens"] == 3 and time.monotonic() - started < 240
+    assert result["workers"] and not [pid for pid in result["workers"] if pid_alive(pid)]
