@@ -200,6 +200,7 @@ def test_experts_that_do_not_split_fail_start_up_in_one_line(tmp_path_factory, t
         Engine(str(tmp_path), device="cpu", tp_size=4)
 
 
+@pytest.mark.slow
 def test_a_script_that_never_shuts_down_its_tp_engine_still_exits(tmp_path_factory):
     """The benchmarks' use: an MoE model on dummy weights at tp=2 generates; the script ends without
     Engine.shutdown() and exits at once, its worker rank gone (multiprocessing would otherwise wait on it)."""
