@@ -5,6 +5,7 @@ transformers itself costs half a minute more: that comparison is the slow test a
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -14,6 +15,7 @@ from gguf_fixtures import transformers_gguf_model
 from model_fixtures import load_for_test
 from server_fixtures import ServerProcess
 from sglang_programs import monkeypatch_module, run_program, sgl_lang_programs, sglang_programs, tokenizer_module  # noqa: F401 - fixtures
+from test_examples import EXAMPLES, EXAMPLES_DIR, run_example
 
 from sgl_runtime.model_loader.demo_download import demo_gguf_path
 from sgl_runtime.model_loader.gguf_loader import (
@@ -41,7 +43,8 @@ def demo_file() -> str:
 
 @pytest.fixture(scope="module")
 def server(demo_file):
-    process = ServerProcess(model_args=()).wait_ready()  # no --model-path: the default demo model
+    # no --model-path: the default demo model; its ChatML template has no tool format, so one is named
+    process = ServerProcess("--tool-call-parser", "qwen25", model_args=()).wait_ready()
     yield process
     process.stop()
 
@@ -142,3 +145,13 @@ def test_sglang_json_programs_parse_on_the_trained_model(server, program, fronte
     end on the token limit): on the trained model they pass as written, through both frontends."""
     sgl, programs = sglang_programs() if frontend == "sglang" else sgl_lang_programs()
     run_program(program, sgl, programs, server.url)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_runs_on_the_trained_model(name, server):
+    result = run_example([str(EXAMPLES_DIR / name), "--url", server.url])
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    if name == "tool_call.py":  # the call is made, run and answered in text
+        call = json.loads(result.stdout.split("Tool call:", 1)[1].splitlines()[0])
+        assert call["name"] == "get_weather" and call["arguments"]["city"] == "Paris", call
+        assert result.stdout.split("Answer:", 1)[1].strip(), result.stdout

@@ -1,5 +1,6 @@
-"""Every example in examples/ runs as written and exits 0 (against the session's shared server;
-one run starts its own Runtime, as a user without a server would)."""
+"""Every example in examples/ runs as written and exits 0, against a server on the trained demo model
+(SmolLM2, test_demo_smollm2.py runs them on its server) and here as a user without a server would: the
+README demo starts its own Runtime."""
 
 import ast
 import os
@@ -23,15 +24,11 @@ EXAMPLES = [
     "run_batch.py",
     "streaming.py",
     "openai_backend.py",
+    "tool_call.py",  # needs a server started with --tool-call-parser (SmolLM2's template has no tool format)
 ]
 
 
-@pytest.fixture(scope="module")
-def server_url(server):
-    return server.url
-
-
-def _run(args: list, timeout: float = 300, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def run_example(args: list, timeout: float = 300, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args], cwd=EXAMPLES_DIR.parent, capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -54,18 +51,16 @@ def _processes_with_env(entry: bytes) -> list[int]:
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_runs_against_a_server(name, server_url):
+def test_example_has_a_usage_docstring(name):
     path = EXAMPLES_DIR / name
     assert "Usage:" in (ast.get_docstring(ast.parse(path.read_text())) or ""), f"{name} has no Usage docstring"
-    result = _run([str(path), "--url", server_url])
-    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
 
 def test_readme_demo_starts_its_own_runtime_and_leaves_no_process():
     marker = f"SGL_TEST_RUN={uuid.uuid4().hex}"
     # The random demo model keeps this fast; README.md records a run on the real demo model.
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1], "SGL_DEMO_MODEL": "random-demo"}
-    result = _run([str(EXAMPLES_DIR / "demo.py")], env=env)  # the README's command, verbatim
+    result = run_example([str(EXAMPLES_DIR / "demo.py")], env=env)  # the README's command, verbatim
     assert result.returncode == 0, result.stderr[-4000:]
     assert "due matches" in result.stdout and "component (select) ->" in result.stdout
     deadline = time.monotonic() + 15
@@ -75,6 +70,5 @@ def test_readme_demo_starts_its_own_runtime_and_leaves_no_process():
 
 
 def test_every_example_is_listed():
-    # tool_call.py needs a tool-call chat template; tests/test_tool_calls.py runs it on one
-    others = {"example_backend.py", "tool_call.py"}
+    others = {"example_backend.py"}  # a backend to copy, not a program
     assert sorted(EXAMPLES) == sorted(p.name for p in EXAMPLES_DIR.glob("*.py") if p.name not in others)
