@@ -64,7 +64,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
         self.tree_cache = RadixCache(disable=server_args.disable_radix_cache, device=self.model_runner.device)
         self.shared_prefix = None if server_args.disable_cascade_attention else SharedPrefixPlanner(self.tree_cache)
         self.policy = SchedulePolicy(server_args.schedule_policy, self.tree_cache)
-        self.sampler = Sampler()
+        self.sampler = Sampler(server_args.constraint_mask_table_mb << 20)
         self.new_token_ratio = NewTokenRatio(server_args.schedule_conservativeness)
         self.metrics = SchedulerMetrics(server_args.log_interval)
         self.constraints = ConstraintWaiter(self._make_constraint_cache)
