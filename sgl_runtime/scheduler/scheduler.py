@@ -235,9 +235,10 @@ class Scheduler(IntakeMixin, OverlapMixin):
         """The running requests this decode step serves. Requests holding jump-forward tokens make a
         batch a multi-token EXTEND, which cannot replay the decode CUDA graph; with defer_jump_forward
         they sit out while they are few (< half the batch) and not kept waiting JUMP_FORWARD_MAX_WAIT
-        steps, then run together as one extend while the others wait a step."""
+        steps, then run together as one extend while the others wait a step. In batches the decode
+        policy mixes, everyone runs: forced tokens inside the decode step."""
         forced = [r for r in self.running if r.extend_input_len > 1]
-        if not self.decode.defer_jump_forward or not forced:
+        if not self.decode.defer_jump_forward or not forced or self.decode.mixes_jump_forward(len(self.running)):
             return list(self.running)
         self._forced_wait += 1
         if 2 * len(forced) >= len(self.running) or self._forced_wait > JUMP_FORWARD_MAX_WAIT:
