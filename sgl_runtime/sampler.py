@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from sgl_runtime.constrained.device_table import DeviceMaskTable
+from sgl_runtime.constrained.mask_workers import MaskWorkers
 from sgl_runtime.host_to_device import to_device
 from sgl_runtime.penalties import apply_penalties_, mask_stop_tokens_
 
@@ -39,7 +40,16 @@ class Sampler:
         self.staging = MaskStaging()
         self.mask_table_bytes = mask_table_bytes
         self.mask_stats = MaskStats()
+        self.mask_workers = MaskWorkers()
         self._tables: dict[tuple[torch.device, int], DeviceMaskTable] = {}
+
+    def prefetch_masks(self, reqs: Sequence) -> None:
+        """Start building the host masks the next call will need (grammar masks, DFA states' first
+        visits) on worker threads; call before launching the forward whose logits it samples."""
+        self.mask_workers.prefetch([r.matcher for r in reqs])
+
+    def shutdown(self) -> None:
+        self.mask_workers.shutdown()
 
     def mask_table(self, device: torch.device, width: int) -> "DeviceMaskTable | None":
         """The device table for masks of `width` int32 words on `device` (None when turned off)."""
@@ -59,6 +69,7 @@ class Sampler:
         mask_stop_tokens_(logits, reqs)
         if any(r.matcher is not None for r in reqs):
             start = time.perf_counter()
+            self.mask_workers.wait()
             table = self.mask_table(logits.device, (logits.shape[-1] + 31) // 32)
             apply_constraints_(logits, reqs, self.staging, table)
             self.mask_stats.add(time.perf_counter() - start)

@@ -128,3 +128,37 @@ def test_apply_constraints_with_table_equals_host_masks(constraints):
         table = DeviceMaskTable("cpu", 151936 // 32, 1 << 24)
         apply_constraints_(logits, reqs, MaskStaging(), table)
         assert torch.equal(logits, expected)
+
+
+def test_mask_workers_build_grammar_and_first_visit_masks_off_thread(tok, constraints):
+    """MaskWorkers.prefetch builds the host masks on worker threads (grammar states; DFA states not
+    yet in their index); afterwards the cursors' masks are cache hits equal to those built in place."""
+    import threading
+
+    from sgl_runtime.constrained.mask_workers import MaskWorkers
+
+    grammar = compile_constraint("grammar", "json", tok, vocab_size=151936, eos_token_ids=[EOS], warmup_s=0)
+    cursors = [m for m, _ in _walk(grammar, random.Random(4), 6)]
+    expected = [c.bitmask().copy() for c in cursors]
+    grammar._cache.clear()
+    regex = compile_constraint("regex", "[0-9]{3}x", tok, vocab_size=151936, eos_token_ids=[EOS])
+    dfa_cursor = regex.matcher()
+    threads = []
+    real = grammar.masks.mask
+
+    def recording(state):
+        threads.append(threading.current_thread().name)
+        return real(state)
+
+    grammar.masks.mask = recording
+    workers = MaskWorkers()
+    workers.prefetch(cursors + [None, dfa_cursor])
+    workers.wait()
+    assert workers.prefetched == len(cursors) + 1
+    assert threads and all(name.startswith("mask-worker") for name in threads)
+    assert regex.index.is_cached(dfa_cursor.state)
+    calls = len(threads)
+    for cursor, mask in zip(cursors, expected):
+        assert np.array_equal(cursor.bitmask(), mask)
+    assert len(threads) == calls  # all cache hits
+    workers.shutdown()

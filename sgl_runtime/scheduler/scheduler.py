@@ -134,6 +134,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
         """Stop the constraint compiler threads and the other tensor-parallel ranks (the model and
         pools go with the object)."""
         self.constraints.shutdown()
+        self.sampler.shutdown()
         self.model_runner.shutdown()
 
     def abort(self, rid: str) -> None:
@@ -296,6 +297,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
             self._on_decode_launch(batch)
             return
         forward_batch = batch.prepare()
+        self.sampler.prefetch_masks(batch.reqs)  # host masks build on worker threads during the forward
         logits = self.model_runner.forward(forward_batch)
         batch.commit_forward()
         added = process_batch_logits(batch, logits, self.sampler, self.decode.jump_forward)
