@@ -252,8 +252,9 @@ class ServerArgs:
         for f in dataclasses.fields(ServerArgs):
             flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
             help_text = f.metadata["help"] + " (default: %(default)s)"
-            if f.type in ("bool", bool):
-                parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
+            if f.type in ("bool", bool):  # a default-on switch also gets its --no- form
+                action = argparse.BooleanOptionalAction if f.default else "store_true"
+                parser.add_argument(*flags, dest=f.name, action=action, default=f.default, help=help_text)
                 continue
             arg_type = {"int": int, "float": float}.get(str(f.type).replace("Optional[", "").rstrip("]"), str)
             parser.add_argument(

@@ -162,3 +162,47 @@ def test_mask_workers_build_grammar_and_first_visit_masks_off_thread(tok, constr
         assert np.array_equal(cursor.bitmask(), mask)
     assert len(threads) == calls  # all cache hits
     workers.shutdown()
+
+
+@pytest.mark.gpu
+def test_cuda_table_matches_the_host_and_steady_steps_do_not_sync(constraints):
+    """On CUDA: gathered rows and device next states equal the host's along random walks, and once
+    every state was visited the sampler's masking of a constrained batch never syncs the stream."""
+    from sgl_runtime.sampler import Sampler
+
+    width = 151936 // 32
+    table = DeviceMaskTable("cuda", width, 64 << 20, transition_budget_bytes=64 * 4 * 151936)
+    rng = random.Random(5)
+    walked = []
+    for constraint in constraints:
+        for matcher, token in _walk(constraint, rng, 60):
+            state = matcher.table_state()
+            (slot,) = table.slots([constraint], [state])
+            assert np.array_equal(table.gather([slot])[0].cpu().numpy(), matcher.bitmask())
+            (nxt,) = table.next_states(constraint, [state], torch.tensor([token], device="cuda")).tolist()
+            assert nxt == (
+                FINISHED
+                if matcher.finished or token == EOS
+                else constraint.dfa.walk(matcher.state, constraint.vocabulary.token_bytes[token])
+            )
+            walked.append(matcher)
+
+    from sgl_runtime.sampling_params import SamplingParams
+    from sgl_runtime.scheduler.req import Req
+
+    reqs = []
+    for i, matcher in enumerate(walked[:: max(1, len(walked) // 64)]):
+        reqs.append(Req(f"r{i}", [1, 2], SamplingParams(temperature=0, max_new_tokens=8)))
+        reqs[-1].matcher = matcher
+    sampler = Sampler()
+    logits = torch.randn(len(reqs), 151936, device="cuda")
+    expected = logits.clone()
+    apply_constraints_(expected, reqs, MaskStaging())  # the host path
+    sampler(logits.clone(), reqs)  # first visits
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tokens = sampler(logits.clone(), reqs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(tokens, expected.argmax(dim=-1))

@@ -52,7 +52,9 @@ class _SlotStore:
         return slot, slot is not None
 
     def write(self, slot: int, row: torch.Tensor) -> None:
-        self.rows[slot].copy_(row, non_blocking=True)  # stream-ordered after every gather already queued
+        if self.device.type == "cuda":
+            row = row.pin_memory()  # an async copy in stream order, after every gather already queued
+        self.rows[slot].copy_(row, non_blocking=True)
 
     def drop(self, owner: int) -> None:
         for key in [k for k in self.slot_of if k[0] == owner]:
