@@ -74,6 +74,13 @@ def test_json_decode_tiny():
     assert off["forward_passes_per_req"] == off["tokens_per_req"]  # without jump-forward: one pass per token
 
 
+@pytest.mark.slow
+def test_mask_batch_tiny():
+    result = _run("mask_batch.py")
+    assert [row["batch"] for row in result["per_batch"]] == [1, 4]  # the script checks table == host masks
+    assert all(row["table_apply_ms"] > 0 and row["host_build_ms"] > 0 for row in result["per_batch"])
+
+
 def test_profile_json_tiny():
     """The JSON profiler splits a run into device time and host phases."""
     result = _run("profile_json.py")
