@@ -80,3 +80,25 @@ def test_forced_text_mixed_into_the_decode_step(model_path, engine):
     assert any(1 in k and max(k) > 1 for k in kinds[1:])  # a mixed step: decoding and forced rows together
     for r in results:
         jsonschema.validate(json.loads(r["text"]), SCHEMA)
+
+
+@pytest.mark.gpu
+def test_cuda_device_table_and_mixed_steps(model_path):
+    """On CUDA (CUDA graphs, overlap on): the device table gives the host masks' greedy outputs token for
+    token, and mixed jump-forward steps give valid JSON in fewer forward passes than tokens."""
+    prompts = random_prompts([4, 9, 6, 12, 3, 8, 5], seed=53)
+    outputs = {}
+    for mb in (256, 0):
+        engine = Engine(model_path, device="cuda", max_total_tokens=4096, constraint_mask_table_mb=mb)
+        outputs[mb] = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=_params())]
+        engine.shutdown()
+    assert outputs[256] == outputs[0]
+    params = {"json_schema": json.dumps(SCHEMA), "temperature": 0, "max_new_tokens": 60}
+    mixed = Engine(model_path, device="cuda", max_total_tokens=4096, mix_jump_forward_min_batch=4)
+    results = mixed.generate(input_ids=random_prompts([5] * 16, seed=54), sampling_params=params)
+    mixed.shutdown()
+    for r in results:
+        jsonschema.validate(json.loads(r["text"]), SCHEMA)
+    assert sum(r["meta_info"]["forward_passes"] for r in results) < sum(
+        r["meta_info"]["completion_tokens"] for r in results
+    )
