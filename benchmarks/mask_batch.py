@@ -3,7 +3,8 @@
 Host CPU time per decode step to put a batch's JSON-Schema masks on the logits' device, by batch
 size, with the Qwen2.5 tokenizer (logit width 152,064): the host path (each cursor's cached numpy
 mask stacked into a pinned [B, W] buffer, copied to the device) against the device table (each
-cursor's state mapped to a slot, the rows gathered on the device), every state visited before.
+cursor's state mapped to a slot, the rows gathered on the device), every state visited before;
+table_lookup_ms is the slot lookup alone (on CPU the gather is a host copy, on CUDA a device op).
 Also the whole sampler masking (apply_constraints_: building plus applying to [B, V] logits) both
 ways. Times are the calling thread's CPU time (time.thread_time: the host cost a step pays, not
 waits for a core on a shared machine, and on CUDA not the device's time). Cursors sit at the states of
@@ -74,6 +75,10 @@ def _measure(reqs: list, width: int, device: torch.device, steps: int) -> dict:
         np.stack([m.bitmask() for m in matchers], out=host.numpy())
         return host.to(device, non_blocking=True) if device.type == "cuda" else host
 
+    def table_lookup():  # what the host does on CUDA, where the gather itself is a device op
+        slots = table.slots([m.constraint for m in matchers], [m.table_state() for m in matchers])
+        return torch.tensor(slots, dtype=torch.int64)
+
     def table_build():
         slots = table.slots([m.constraint for m in matchers], [m.table_state() for m in matchers])
         return table.gather(slots)
@@ -84,6 +89,7 @@ def _measure(reqs: list, width: int, device: torch.device, steps: int) -> dict:
         "batch": batch,
         "host_build_ms": _per_step_ms(host_build, steps, device),
         "table_build_ms": _per_step_ms(table_build, steps, device),
+        "table_lookup_ms": _per_step_ms(table_lookup, steps, device),
         "host_apply_ms": _per_step_ms(lambda: apply_constraints_(logits, reqs, staging), steps, device),
         "table_apply_ms": _per_step_ms(lambda: apply_constraints_(logits, reqs, staging, table), steps, device),
     }
