@@ -17,7 +17,7 @@ step() {  # step NAME COMMAND...: run it, log it, note its exit status and end t
   "$@" > "$out/$name.txt" 2>&1
   echo "$name: exit $? at $(date -u +%H:%M:%S)" >> "$out/env.txt"
 }
-step tests python3 -m pytest tests/test_kernels_gpu.py tests/test_cascade_attention_gpu.py tests/test_engine_gpu.py tests/test_decode_host_path.py tests/test_fused_moe_gpu.py tests/test_rope_scaling.py::test_scaled_rope_through_the_triton_path_matches_transformers -q -p no:cacheprovider
+step tests python3 -m pytest tests/test_kernels_gpu.py tests/test_cascade_attention_gpu.py tests/test_engine_gpu.py tests/test_decode_host_path.py tests/test_constrained_device_table.py tests/test_engine_device_masks.py tests/test_fused_moe_gpu.py tests/test_rope_scaling.py::test_scaled_rope_through_the_triton_path_matches_transformers -q -p no:cacheprovider
 cd benchmarks
 step offline_throughput python3 offline_throughput.py ${SKIP_HF:+--skip-hf}
 step json_decode python3 json_decode.py

@@ -54,7 +54,9 @@ def main(argv=None) -> dict:
     params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
     rng = random.Random(args.seed)
     for overlapped in (False, True):  # compiles the schema and every shape of both modes
-        scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
+        scheduler.decode = scheduler.decode.replace(
+            overlap_jump_forward_min_batch=int(overlapped), mix_jump_forward_min_batch=0
+        )
         timed_generate(
             engine,
             [random_ids(rng, args.prompt_len, vocab) for _ in range(max(args.batch_sizes))],
@@ -64,7 +66,9 @@ def main(argv=None) -> dict:
     for batch in args.batch_sizes:
         row = {"batch": batch}
         for overlapped in (False, True):
-            scheduler.decode = scheduler.decode.replace(overlap_jump_forward_min_batch=int(overlapped))
+            scheduler.decode = scheduler.decode.replace(
+                overlap_jump_forward_min_batch=int(overlapped), mix_jump_forward_min_batch=0
+            )
             chars_s = []
             for _ in range(args.passes):
                 out, seconds = timed_generate(

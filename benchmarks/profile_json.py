@@ -83,7 +83,9 @@ def profile(args: argparse.Namespace) -> dict:
     vocab = vocab_size_of(model_dir)
     engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=args.mode == "no-jump-forward"))
     engine.scheduler.decode = engine.scheduler.decode.replace(
-        defer_jump_forward=args.mode != "mixed", overlap_jump_forward_min_batch=16 if args.mode == "overlapped" else 0
+        defer_jump_forward=args.mode != "mixed",
+        overlap_jump_forward_min_batch=16 if args.mode == "overlapped" else 0,
+        mix_jump_forward_min_batch=1 if args.mode == "mixed" else 0,
     )
     if args.mode == "free":
         params = {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0}

@@ -12,22 +12,54 @@ dropped (the nucleus is an upper set, so none of them can be in it) and the row 
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from sgl_runtime.constrained.device_table import DeviceMaskTable
+from sgl_runtime.constrained.mask_workers import MaskWorkers
 from sgl_runtime.host_to_device import to_device
 from sgl_runtime.penalties import apply_penalties_, mask_stop_tokens_
 
 MAX_TOP_P_ROUNDS = 64
 
 
-class Sampler:
-    """Turns one logits row per request into one token id per request."""
+DEFAULT_MASK_TABLE_BYTES = 256 << 20
 
-    def __init__(self) -> None:
+
+class Sampler:
+    """Turns one logits row per request into one token id per request.
+
+    `mask_table_bytes` bounds the device table of DFA-constraint mask rows (0: every mask is built
+    on the host each step). `mask_stats` counts the host time spent on constraint masks."""
+
+    def __init__(self, mask_table_bytes: int = DEFAULT_MASK_TABLE_BYTES) -> None:
         self.staging = MaskStaging()
+        self.mask_table_bytes = mask_table_bytes
+        self.mask_stats = MaskStats()
+        self.mask_workers = MaskWorkers()
+        self._tables: dict[tuple[torch.device, int], DeviceMaskTable] = {}
+
+    def prefetch_masks(self, reqs: Sequence) -> None:
+        """Start building the host masks the next call will need (grammar masks, DFA states' first
+        visits) on worker threads; call before launching the forward whose logits it samples."""
+        self.mask_workers.prefetch([r.matcher for r in reqs])
+
+    def shutdown(self) -> None:
+        self.mask_workers.shutdown()
+
+    def mask_table(self, device: torch.device, width: int) -> "DeviceMaskTable | None":
+        """The device table for masks of `width` int32 words on `device` (None when turned off)."""
+        if self.mask_table_bytes <= 0:
+            return None
+        key = (device, width)
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = DeviceMaskTable(device, width, self.mask_table_bytes)
+        return table
 
     def __call__(self, logits: torch.Tensor, reqs: Sequence) -> torch.Tensor:
         """logits: [B, V] float (modified in place); returns [B] int64 token ids on the same device."""
@@ -35,7 +67,12 @@ class Sampler:
             return logits.argmax(dim=-1)
         apply_penalties_(logits, reqs)
         mask_stop_tokens_(logits, reqs)
-        apply_constraints_(logits, reqs, self.staging)
+        if any(r.matcher is not None for r in reqs):
+            start = time.perf_counter()
+            self.mask_workers.wait()
+            table = self.mask_table(logits.device, (logits.shape[-1] + 31) // 32)
+            apply_constraints_(logits, reqs, self.staging, table)
+            self.mask_stats.add(time.perf_counter() - start)
         greedy = [r.sampling_params.is_greedy for r in reqs]
         if all(greedy):
             return logits.argmax(dim=-1)
@@ -132,11 +169,19 @@ def _reject_outside_top_p(probs, allowed, tokens, rows: list[int], reqs: Sequenc
     return tokens
 
 
-def apply_constraints_(logits: torch.Tensor, reqs: Sequence, staging: "MaskStaging | None" = None) -> None:
+def apply_constraints_(
+    logits: torch.Tensor,
+    reqs: Sequence,
+    staging: "MaskStaging | None" = None,
+    table: "DeviceMaskTable | None" = None,
+) -> None:
     """Mask tokens that the requests' constraint matchers forbid (-inf), on the logits' device.
 
-    Each matcher's mask is a cached read-only array: one np.stack into a (pinned) host buffer,
-    one non-blocking copy, one masking op over the whole batch (unconstrained rows allow all).
+    With a device table, DFA-backed requests' masks are rows gathered by state slot on the device
+    (a host copy only on a state's first visit). The other masks (grammars, budget-restricted
+    masks, states past the table's budget) are cached read-only arrays: one np.stack into a
+    (pinned) host buffer and one non-blocking copy. One masking op covers the whole batch
+    (unconstrained rows allow all).
     """
     rows = [i for i, r in enumerate(reqs) if r.matcher is not None]
     if not rows:
@@ -145,19 +190,42 @@ def apply_constraints_(logits: torch.Tensor, reqs: Sequence, staging: "MaskStagi
 
     assert sys.byteorder == "little", "packed bitmasks are read as little-endian int32 words"
     width = (logits.shape[-1] + 31) // 32
-    masks = [reqs[i].matcher.bitmask() for i in rows]
+    matchers = [reqs[i].matcher for i in rows]
+    slots = _table_slots(table, matchers) if table is not None else [None] * len(rows)
+    on_table = [(i, s) for i, s in zip(rows, slots) if s is not None]
+    if len(on_table) == len(reqs):  # the common case: one gather, no host buffer
+        bitmask = table.gather(slots)  # [B, W] int32 on the device
+        if logits.device.type == "cpu":
+            _apply_bitmask_cpu_(logits, bitmask.numpy())
+        else:
+            apply_token_bitmask_(logits, bitmask)
+        return
     host_tensor = (staging or MaskStaging()).host(len(reqs), width, logits.device)  # [B, W] int32
     host = host_tensor.numpy()  # shares the (pinned) memory
-    if len(rows) == len(reqs) and all(m.shape == (width,) for m in masks):
+    masks = [m.bitmask() if s is None else None for m, s in zip(matchers, slots)]
+    if not on_table and len(rows) == len(reqs) and all(m.shape == (width,) for m in masks):
         np.stack(masks, out=host)
     else:
         host.fill(-1)  # unconstrained rows: every token allowed
         for i, bits in zip(rows, masks):
-            _copy_mask(host[i], bits)
+            if bits is not None:
+                _copy_mask(host[i], bits)
     if logits.device.type == "cpu":
+        if on_table:
+            host[[i for i, _ in on_table]] = table.gather([s for _, s in on_table]).numpy()
         _apply_bitmask_cpu_(logits, host)
-    else:
-        apply_token_bitmask_(logits, host_tensor.to(logits.device, non_blocking=True))
+        return
+    bitmask = host_tensor.to(logits.device, non_blocking=True)
+    if on_table:
+        at = to_device([i for i, _ in on_table], torch.int64, logits.device)
+        bitmask.index_copy_(0, at, table.gather([s for _, s in on_table]))
+    apply_token_bitmask_(logits, bitmask)
+
+
+def _table_slots(table: "DeviceMaskTable", matchers: list) -> list:
+    """Each matcher's slot in the table (None: it needs its host mask)."""
+    states = [m.table_state() if hasattr(m, "table_state") else None for m in matchers]
+    return table.slots([getattr(m, "constraint", None) for m in matchers], states)
 
 
 def _apply_bitmask_cpu_(logits: torch.Tensor, host: np.ndarray) -> None:
@@ -172,6 +240,21 @@ def _copy_mask(out: np.ndarray, bits: np.ndarray) -> None:
     n = min(out.shape[0], bits.shape[0])
     out[:n] = bits[:n]
     out[n:] = 0  # ids past the constraint's vocabulary are never allowed
+
+
+@dataclass
+class MaskStats:
+    """Host time spent building and applying constraint masks, over the sampled steps that had any."""
+
+    steps: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.steps += 1
+        self.seconds += seconds
+
+    def per_step_ms(self) -> float:
+        return 1000 * self.seconds / self.steps if self.steps else 0.0
 
 
 class MaskStaging:

@@ -149,7 +149,17 @@ class ServerArgs:
     overlap_jump_forward_min_batch: int = _arg(
         16, "Overlap constrained decode steps with jump-forward in batches of at least this many requests (0: never)."
     )
+    mix_jump_forward_min_batch: int = _arg(
+        32,
+        "In decode batches of at least this many requests, forced constraint text runs inside the decode step "
+        "(one mixed step, not overlapped) instead of in extends of its own (0: never).",
+    )
     constrained_cache_size: int = _arg(256, "Compiled constraints kept in the LRU cache.")
+    constraint_mask_table_mb: int = _arg(
+        256,
+        "Device memory (MiB) for the table of regex / JSON-Schema mask rows gathered on the device by DFA state "
+        "(0: build every step's masks on the host).",
+    )
     constraint_compile_timeout: float = _arg(10.0, "Seconds one constraint may take to compile before it is rejected.")
     constraint_compile_workers: int = _arg(
         2,
@@ -182,6 +192,9 @@ class ServerArgs:
         self._check_parallelism()
         if self.stream_interval < 1:
             raise ValueError(f"stream_interval must be >= 1, got {self.stream_interval}")
+        for name in ("constraint_mask_table_mb", "mix_jump_forward_min_batch", "overlap_jump_forward_min_batch"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("max_request_body_bytes", "max_sequences_per_request", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -239,8 +252,9 @@ class ServerArgs:
         for f in dataclasses.fields(ServerArgs):
             flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
             help_text = f.metadata["help"] + " (default: %(default)s)"
-            if f.type in ("bool", bool):
-                parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
+            if f.type in ("bool", bool):  # a default-on switch also gets its --no- form
+                action = argparse.BooleanOptionalAction if f.default else "store_true"
+                parser.add_argument(*flags, dest=f.name, action=action, default=f.default, help=help_text)
                 continue
             arg_type = {"int": int, "float": float}.get(str(f.type).replace("Optional[", "").rstrip("]"), str)
             parser.add_argument(

@@ -59,22 +59,26 @@ def test_shared_prefix_tiny():
 @pytest.mark.slow
 def test_json_decode_tiny():
     result = _run("json_decode.py")
-    on, off = result["constrained_jump_forward"], result["constrained_no_jump_forward"]
-    assert on["valid_json"] == on["requests"] and off["valid_json"] == off["requests"]
-    assert on["forward_passes_per_req"] < off["forward_passes_per_req"]  # jump-forward skips forced text
-    assert result["unconstrained"]["tokens_per_req"] == 8
-    assert all(result[mode]["cold"]["output_tok_s"] > 0 for mode in ("unconstrained", "constrained_jump_forward"))
-    assert result["unconstrained_same_lengths"]["tokens_per_req"] == off["tokens_per_req"]
-    mixed = result["constrained_jump_forward_mixed"]
-    assert mixed["valid_json"] == mixed["requests"] and mixed["forwards"] <= on["forwards"]
-    assert result["constrained_vs_same_lengths_tok_s"] > 0
-    assert result["unconstrained_jump_forward_lengths"]["tokens_per_req"] == on["tokens_per_req"]
-    assert result["jump_forward_time_vs_same_tokens"] > 0
-    assert on["batch1"]["requests"] == 1 and on["batch1"]["chars_s"] > 0  # the one-at-a-time section
-    assert result["batch1_jump_forward_chars_vs_free"] > 0
-    overlapped = result["constrained_jump_forward_overlapped"]  # same outputs as step by step, so same passes
-    assert overlapped["valid_json"] == overlapped["requests"]
-    assert overlapped["forward_passes_per_req"] == on["forward_passes_per_req"]
+    assert [row["batch"] for row in result["per_batch"]] == [1, 4]
+    for row in result["per_batch"]:
+        for key in ("jump_forward_time_vs_free", "masks_tok_s_vs_free", "host_masks_tok_s_vs_free"):
+            assert row[key] > 0, key
+        assert row["mask_ms_per_step"] > 0 and row["host_mask_ms_per_step"] > 0
+        assert row["jump_forward_passes_per_token"] < 1  # jump-forward skips forced text
+    for mode, by_batch in result["modes"].items():
+        for r in by_batch.values():
+            assert r["valid_json"] == r["requests"], (mode, r["sample"])
+            assert r["mask_steps"] > 0
+    on, off = result["modes"]["jump_forward"]["1"], result["modes"]["masks_only"]["1"]
+    assert on["forward_passes_per_req"] < off["forward_passes_per_req"]
+    assert off["forward_passes_per_req"] == off["tokens_per_req"]  # without jump-forward: one pass per token
+
+
+@pytest.mark.slow
+def test_mask_batch_tiny():
+    result = _run("mask_batch.py")
+    assert [row["batch"] for row in result["per_batch"]] == [1, 4]  # the script checks table == host masks
+    assert all(row["table_apply_ms"] > 0 and row["host_build_ms"] > 0 for row in result["per_batch"])
 
 
 def test_profile_json_tiny():

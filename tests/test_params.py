@@ -47,6 +47,17 @@ def test_server_args_defaults_and_cli():
         ServerArgs.from_kwargs(bogus=1)
 
 
+def test_cli_keeps_default_on_switches_and_checks_the_constraint_knobs():
+    """A bool that defaults on stays on without its flag (the CLI used to turn defer_jump_forward off)."""
+    assert parse_args([]).defer_jump_forward is True and ServerArgs().defer_jump_forward is True
+    assert parse_args(["--no-defer-jump-forward"]).defer_jump_forward is False
+    args = parse_args(["--constraint-mask-table-mb", "0", "--mix-jump-forward-min-batch", "8"])
+    assert (args.constraint_mask_table_mb, args.mix_jump_forward_min_batch) == (0, 8)
+    for name in ("constraint_mask_table_mb", "mix_jump_forward_min_batch"):
+        with pytest.raises(ValueError, match=name):
+            ServerArgs(**{name: -1})
+
+
 def test_help_lists_every_flag_with_defaults(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--help"])

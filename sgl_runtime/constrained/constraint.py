@@ -15,6 +15,8 @@ from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.token_index import TokenIndex
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
+FINISHED = -2  # DFAMatcher.table_state() once EOS is consumed (only EOS may follow)
+
 
 class Constraint(ABC):
     """Interface every compiled constraint implements (regex/schema/choices and grammars)."""
@@ -79,6 +81,15 @@ class DFAMatcher(Matcher):
             if restricted is not None:
                 return restricted
         return self.constraint.index.bitmask(self.state)
+
+    def table_state(self) -> "int | None":
+        """The key of this cursor's mask in a DeviceMaskTable: its DFA state, FINISHED once EOS is
+        consumed, None while the token budget restricts the mask (a host mask then)."""
+        if self.finished:
+            return FINISHED
+        if self.budget is not None and self.constraint.budget.mask(self.state, self.budget - self.consumed) is not None:
+            return None
+        return self.state
 
     def advance(self, token_id: int) -> None:
         c = self.constraint

@@ -58,6 +58,9 @@ class TokenIndex:
             self._entries[state] = entry
         return entry
 
+    def is_cached(self, state: int) -> bool:
+        return state in self._entries
+
     def bitmask(self, state: int) -> np.ndarray:
         """Packed int32 mask: bit i of word i // 32 set iff token i is allowed at `state`."""
         return self.entry(state).bitmask

@@ -19,7 +19,9 @@ request whose token N forces text (read back in step 2) is not sampled in step N
 computed token N's KV), and step N+2 extends it by the forced tokens, from the host, beside the
 other requests' device ids: a flattened mixed extend, which the decode CUDA graphs serve. Each
 forced span costs one step of latency and no host-device round trip, which pays off once the
-round trip would idle the GPU for many requests (0 turns it off).
+round trip would idle the GPU for many requests (0 turns it off). In batches of at least
+DecodePolicy.mix_jump_forward_min_batch requests (32) forced text runs inside the decode step
+instead (step by step, no step of delay), which takes precedence.
 """
 
 from __future__ import annotations
@@ -153,6 +155,8 @@ class OverlapMixin:
         """Whether forced text may join overlapped steps of this batch: in a small batch, the step
         each forced span waits costs more than the host round trip of running it step by step."""
         min_batch = self.decode.overlap_jump_forward_min_batch
+        if self.decode.mixes_jump_forward(len(reqs)):
+            return False  # forced text runs inside the step, which needs the host's tokens first
         return min_batch > 0 and len(reqs) >= min_batch
 
     def _can_chain(self, live: list[Req], sampled: dict[int, int]) -> bool:

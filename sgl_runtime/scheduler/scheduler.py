@@ -64,7 +64,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
         self.tree_cache = RadixCache(disable=server_args.disable_radix_cache, device=self.model_runner.device)
         self.shared_prefix = None if server_args.disable_cascade_attention else SharedPrefixPlanner(self.tree_cache)
         self.policy = SchedulePolicy(server_args.schedule_policy, self.tree_cache)
-        self.sampler = Sampler()
+        self.sampler = Sampler(server_args.constraint_mask_table_mb << 20)
         self.new_token_ratio = NewTokenRatio(server_args.schedule_conservativeness)
         self.metrics = SchedulerMetrics(server_args.log_interval)
         self.constraints = ConstraintWaiter(self._make_constraint_cache)
@@ -134,6 +134,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
         """Stop the constraint compiler threads and the other tensor-parallel ranks (the model and
         pools go with the object)."""
         self.constraints.shutdown()
+        self.sampler.shutdown()
         self.model_runner.shutdown()
 
     def abort(self, rid: str) -> None:
@@ -235,9 +236,10 @@ class Scheduler(IntakeMixin, OverlapMixin):
         """The running requests this decode step serves. Requests holding jump-forward tokens make a
         batch a multi-token EXTEND, which cannot replay the decode CUDA graph; with defer_jump_forward
         they sit out while they are few (< half the batch) and not kept waiting JUMP_FORWARD_MAX_WAIT
-        steps, then run together as one extend while the others wait a step."""
+        steps, then run together as one extend while the others wait a step. In batches the decode
+        policy mixes, everyone runs: forced tokens inside the decode step."""
         forced = [r for r in self.running if r.extend_input_len > 1]
-        if not self.decode.defer_jump_forward or not forced:
+        if not self.decode.defer_jump_forward or not forced or self.decode.mixes_jump_forward(len(self.running)):
             return list(self.running)
         self._forced_wait += 1
         if 2 * len(forced) >= len(self.running) or self._forced_wait > JUMP_FORWARD_MAX_WAIT:
@@ -295,6 +297,7 @@ class Scheduler(IntakeMixin, OverlapMixin):
             self._on_decode_launch(batch)
             return
         forward_batch = batch.prepare()
+        self.sampler.prefetch_masks(batch.reqs)  # host masks build on worker threads during the forward
         logits = self.model_runner.forward(forward_batch)
         batch.commit_forward()
         added = process_batch_logits(batch, logits, self.sampler, self.decode.jump_forward)
