@@ -57,6 +57,9 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
     parser.add_argument("--disable-overlap-schedule", action="store_true")
     parser.add_argument("--disable-cascade-attention", action="store_true", help="no shared-prefix decode attention")
     parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks (GPUs) for the engine")
+    parser.add_argument(
+        "--mix-jump-forward-min-batch", type=int, default=None, help="the engine's flag (default: its default)"
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -89,6 +92,8 @@ def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
         log_level="warning",
         tp_size=args.tp_size,
     )
+    if args.mix_jump_forward_min_batch is not None:
+        kwargs["mix_jump_forward_min_batch"] = args.mix_jump_forward_min_batch
     if args.tiny:
         kwargs.update(max_total_tokens=65536, max_running_requests=64)
     kwargs.update(extra)
