@@ -67,17 +67,24 @@ class Canary(threading.Thread):
 def test_hostile_requests_get_4xx_while_a_canary_completes(busy_server):
     canary = Canary(busy_server.url)
     canary.start()
-    wrong, slow = [], []
+    wrong, slow, latencies = [], [], []
     for path, body, headers in hostile_requests(NUM_HOSTILE, seed=15):
         start = time.monotonic()
         r = requests.post(f"{busy_server.url}{path}", data=body, headers=headers, timeout=120)
         elapsed = time.monotonic() - start
+        latencies.append(elapsed)
         if not 400 <= r.status_code < 500 or set(r.json().get("error", {})) != {"message", "type", "param", "code"}:
             wrong.append((path, body[:120], r.status_code, r.text[:200]))
         if elapsed > COMPILE_BOUND_S:
             slow.append((path, body[:120], round(elapsed, 2)))
     canary.stop.set()
     canary.join(120)
+    latencies.sort()
+    print(  # the figures docs/reliability.md records (pytest -s shows them)
+        f"\nhostile: {len(latencies)} requests, {len(wrong)} not a 4xx error, p50 {latencies[len(latencies) // 2]:.3f} s, "
+        f"p99 {latencies[int(len(latencies) * 0.99)]:.3f} s, max {latencies[-1]:.3f} s; canary {canary.ok} ok, "
+        f"{len(canary.failures)} failed"
+    )
     assert not wrong, sorted({(p, b[:100], c) for p, b, c, _ in wrong})[:20]
     assert not slow, slow[:10]
     assert canary.ok >= 3 and not canary.failures, (canary.ok, canary.failures[:5])
@@ -138,6 +145,9 @@ def test_concurrent_streaming_clients_mixed_constraints(busy_server):
         t.start()
     for t in threads:
         t.join(DURATION_S + 600)
+    print(
+        f"\nstreaming: {CLIENTS} clients for {DURATION_S:g} s, {len(done)} requests completed, {len(failures)} failures"
+    )
     assert not failures, failures[:5]
     assert len(done) >= CLIENTS and any(done) and any(not c for c in done)
 
