@@ -146,6 +146,17 @@ class Engine:
             self.workers.stop()
         self.workers = None
 
+    def __del__(self) -> None:
+        # An Engine dropped without shutdown(): stop its front half's receive task, so asyncio does not
+        # report a pending task destroyed (the model's memory goes with the objects).
+        loop, manager = getattr(self, "_loop", None), getattr(self, "tokenizer_manager", None)
+        if loop is not None and manager is not None and not loop.is_closed() and not loop.is_running():
+            try:
+                loop.run_until_complete(manager.stop())
+                loop.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down what stop() needs
+                pass
+
     def __enter__(self) -> "Engine":
         return self
 

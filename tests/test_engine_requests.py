@@ -177,3 +177,23 @@ def test_an_offline_batch_may_exceed_the_servers_per_request_cap(engine):
     prompts = [[1 + i % 50, 2, 3] for i in range(600)]
     outs = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0})
     assert len(outs) == 600 and all(len(o["output_ids"]) == 1 for o in outs)
+
+
+def test_an_engine_dropped_without_shutdown_leaves_no_pending_task(tmp_path, tmp_path_factory):
+    """A script that never calls shutdown() exits cleanly: no "Task was destroyed but it is pending"."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = tmp_path / "no_shutdown.py"
+    script.write_text(
+        "from sgl_runtime.engine import Engine\n"
+        f"engine = Engine({str(checkpoint(tmp_path_factory, 'qwen2'))!r}, dtype='float32')\n"
+        "print(engine.generate(input_ids=[1, 2, 3], sampling_params={'max_new_tokens': 2})['output_ids'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Task was destroyed" not in done.stderr, done.stderr[-3000:]
