@@ -169,7 +169,11 @@ class SamplingParams:
         if "stop_token_ids" in params:
             params["stop_token_ids"] = _as_tuple(params["stop_token_ids"], "stop_token_ids")
         if "choices" in params:
-            params["choices"] = _as_tuple(params["choices"], "choices")
+            if not isinstance(params["choices"], (list, tuple)):  # a lone string is not a set of choices
+                raise InvalidRequestError(
+                    f"sampling_params.choices: must be a non-empty list of strings, got {type(params['choices']).__name__}"
+                )
+            params["choices"] = tuple(params["choices"])
         if "json_schema" in params and not isinstance(params["json_schema"], str):
             if not isinstance(params["json_schema"], (dict, bool)):
                 raise InvalidRequestError("sampling_params.json_schema must be an object, a boolean or a JSON string")

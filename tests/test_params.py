@@ -21,6 +21,8 @@ from sgl_runtime.server_args import ServerArgs, parse_args
         ({"stop": [""]}, "stop"),
         ({"regex": "a", "json_schema": {}}, "json_schema"),
         ({"min_new_tokens": 5, "max_new_tokens": 2}, "min_new_tokens"),
+        ({"choices": "abc"}, "choices"),  # a lone string, found by the reliability long form
+        ({"choices": []}, "choices"),
     ],
 )
 def test_bad_sampling_params_name_the_field(params, field):
