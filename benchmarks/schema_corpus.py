@@ -170,12 +170,21 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema, compile and walks")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--every", type=int, default=1, help="every Nth schema (a deterministic sample)")
+    parser.add_argument(
+        "--slice", default=None, help="START:STOP of the corpus (run slices side by side, then --merge)"
+    )
+    parser.add_argument("--merge", nargs="*", type=Path, default=None, help="summarise these --json files together")
     parser.add_argument("--names", nargs="*", default=None, help="only schemas whose name contains one of these")
     parser.add_argument("--json", type=Path, default=None, help="write per-schema results here")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     corpus = load_corpus()
+    if args.merge:
+        return _merge(args.merge, corpus)
     picked = [i for i, e in enumerate(corpus) if not args.names or any(n in e["name"] for n in args.names)]
+    if args.slice:
+        start, stop = (int(x) if x else None for x in args.slice.split(":"))
+        picked = picked[start:stop]
     picked = picked[:: args.every][: args.limit] if args.limit else picked[:: args.every]
     report, details = [], {}
     for lib in args.libs.split(","):
@@ -195,11 +204,30 @@ def main() -> None:
                     for text in r.get(key, []):
                         print(f"      {key}: {text[:200]}", flush=True)
         worker.close()
-        details[lib] = [{"name": corpus[i]["name"], **r, "mask_s": None} for i, r in zip(picked, results)]
+        details[lib] = [{"name": corpus[i]["name"], "index": i, **r} for i, r in zip(picked, results)]
         report.append(summarise(lib, worker.version, results, [corpus[i] for i in picked]))
         print(json.dumps(report[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"summary": report, "schemas": details}, indent=1))
+    _table(report)
+
+
+def _merge(paths: list[Path], corpus: list[dict]) -> None:
+    """One summary per library over the per-schema results of several --json files."""
+    by_lib: dict = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        versions = {r["library"]: r.get("version") for r in data["summary"]}
+        for lib, rows in data["schemas"].items():
+            entry = by_lib.setdefault(lib, {"version": versions.get(lib), "rows": {}})
+            entry["rows"].update({row["index"]: row for row in rows})
+    report = []
+    for lib, entry in by_lib.items():
+        indices = sorted(entry["rows"])
+        report.append(
+            summarise(lib, entry["version"], [entry["rows"][i] for i in indices], [corpus[i] for i in indices])
+        )
+        print(json.dumps(report[-1]), flush=True)
     _table(report)
 
 
