@@ -146,7 +146,7 @@ def summarise(lib: str, version: str, results: list[dict], corpus: list[dict]) -
         "errors": statuses["error"],
         "timeouts": statuses["timeout"],
         "first_mask_ms": {p: _ms(first, q) for p, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
-        "mask_us": {p: _ms(masks, q) * 1000 for p, q in (("p50", 0.5), ("p99", 0.99))},
+        "mask_us": {p: _ms(masks, q, 1e6) for p, q in (("p50", 0.5), ("p99", 0.99))},
         "masks_timed": len(masks),
         "valid_instances": sum(len(e["valid"]) for e, r in zip(corpus, results) if r["status"] == "compiled"),
         "invalid_instances": sum(len(e["invalid"]) for e, r in zip(corpus, results) if r["status"] == "compiled"),
@@ -160,8 +160,8 @@ def _reason_group(reason: str) -> str:
     return reason.split(":")[0][:80] if ":" in reason else reason[:80]
 
 
-def _ms(values: list[float], q: float):
-    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3) if values else None
+def _ms(values: list[float], q: float, scale: float = 1000.0):
+    return round(values[min(len(values) - 1, int(q * len(values)))] * scale, 3) if values else None
 
 
 def main() -> None:
@@ -197,6 +197,11 @@ def main() -> None:
         results = []
         for i in picked:
             results.append(worker.run(i, args.timeout))
+            if args.json:  # as it goes, so a run stopped early still leaves its results
+                rows = [{"name": corpus[j]["name"], "index": j, **r} for j, r in zip(picked, results)]
+                args.json.write_text(
+                    json.dumps({"summary": [{"library": lib, "version": worker.version}], "schemas": {lib: rows}})
+                )
             if args.verbose:
                 r = results[-1]
                 print(f"  {lib:14} {corpus[i]['name']:60} {r['status']:9} {r.get('reason', '')[:100]}", flush=True)

@@ -164,6 +164,9 @@ class _Compiler:
         self.dynamic = '"$dynamicRef"' in json.dumps(root)
         self.synthesized: list = []
         self.in_branch = 0  # > 0 while compiling subschemas of allOf/anyOf/oneOf/not/if/dependentSchemas
+        # unevaluated* case splits multiply with wider wildcards past the work budget: those schemas keep
+        # the root-counted depth everywhere
+        self.widen_wildcards = '"unevaluated' not in json.dumps(root)
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:
@@ -177,7 +180,7 @@ class _Compiler:
         free-form value is a wildcard that the sibling schemas intersect (anyOf: [{required: [b]}]
         says nothing of b's value): it nests max_depth deep from where it starts, so a deeply
         structured sibling value is not cut to what is left of the depth at `level`."""
-        return self.max_depth if self.in_branch else self.max_depth - level
+        return self.max_depth if self.in_branch and self.widen_wildcards else self.max_depth - level
 
     @contextlib.contextmanager
     def branch(self):
@@ -202,7 +205,7 @@ class _Compiler:
         try:
             key = (
                 id(schema),
-                -1 if self.in_branch else min(level, self.max_depth),
+                max(self.free_budget(level), 0),  # what `level` changes: the free-form depth left
                 mode,
                 tuple(sorted(self.ref_counts.items())),
                 tuple(self.scope) if self.dynamic else None,
