@@ -497,3 +497,24 @@ def test_integral_values_are_plain_digits_by_default(schema):
         assert strict.accepts(json.dumps(value)) == loose.accepts(json.dumps(value)) == is_valid(schema, value)
         assert loose.accepts(json.dumps(float(value))) == is_valid(schema, float(value))
     assert strict.accepts("1.5") == is_valid(schema, 1.5)
+
+
+def test_applicator_wildcards_do_not_cut_structured_siblings_short():
+    """anyOf: [{required: [b]}] leaves b's value free; intersected with the sibling `properties`,
+    that wildcard must not bound b's structured value by the depth left at its level (the corpus's
+    readthedocs schema: build.jobs.post_checkout rejected)."""
+    strings = {"type": "array", "items": {"type": "string"}}
+    inner = {"type": "object", "properties": {"c": strings}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {
+                "type": "object",
+                "anyOf": [{"required": ["z"]}, {"required": ["b"]}],
+                "properties": {"b": inner, "z": {}},
+            }
+        },
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.accepts('{"a":{"b":{"c":["x"]}}}') and dfa.accepts('{"a":{"b":{"c":[]}}}')
+    assert not dfa.accepts('{"a":{"b":{"c":[1]}}}') and not dfa.accepts('{"a":{}}')

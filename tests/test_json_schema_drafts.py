@@ -138,3 +138,17 @@ def test_unknown_draft_and_draft4_integral_floats_are_refused():
         schema_to_dfa({"$schema": "http://json-schema.org/draft-03/schema#"})
     with pytest.raises(ConstraintError, match="draft-04 does not count 1.0"):
         schema_to_dfa({"$schema": URIS["draft-04"], "type": "integer"}, integral_floats=True)
+
+
+def test_a_property_named_default_is_a_schema_refs_can_reach():
+    """`default` / `enum` as names in properties or definitions are schemas, not instance values:
+    a $ref inside them resolves against the root's $id (check-jsonschema's codecov schema)."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://example.invalid/codecov",
+        "definitions": {"default": {"type": "integer"}},
+        "properties": {"default": {"$ref": "#/definitions/default"}, "enum": {"$ref": "#/definitions/default"}},
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.accepts('{"default":1,"enum":2}')
+    assert not dfa.accepts('{"default":"a"}') and not dfa.accepts('{"enum":[]}')

@@ -24,15 +24,17 @@ too large, $recursiveRef) instead of raising; the FSM may then accept what they 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 
 from interegular.fsm import FSM
 
 from sgl_runtime.constrained.automata import EMPTY, Dfa, literal, to_interegular, work_budget
-from sgl_runtime.constrained.automata_ops import difference, exactly_one, intersect, union
+from sgl_runtime.constrained.automata_ops import intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
+from sgl_runtime.constrained.json_schema.applicators import applicator_parts, dependent_schemas
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
 from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
@@ -161,13 +163,32 @@ class _Compiler:
         self.scope: list[str] = []  # dynamic scope: base URIs of the resources entered, outermost first
         self.dynamic = '"$dynamicRef"' in json.dumps(root)
         self.synthesized: list = []
+        self.in_branch = 0  # > 0 while compiling subschemas of allOf/anyOf/oneOf/not/if/dependentSchemas
+        # unevaluated* case splits multiply with wider wildcards past the work budget: those schemas keep
+        # the root-counted depth everywhere
+        self.widen_wildcards = '"unevaluated' not in json.dumps(root)
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:
             raise ConstraintError(f"{keyword}: unsupported ({why})")
 
     def any(self, level: int) -> Dfa:
-        return self.tokens.any_value(self.max_depth - level)
+        return self.tokens.any_value(self.free_budget(level))
+
+    def free_budget(self, level: int) -> int:
+        """How deep a free-form value at `level` may nest. Within an applicator's subschema a
+        free-form value is a wildcard that the sibling schemas intersect (anyOf: [{required: [b]}]
+        says nothing of b's value): it nests max_depth deep from where it starts, so a deeply
+        structured sibling value is not cut to what is left of the depth at `level`."""
+        return self.max_depth if self.in_branch and self.widen_wildcards else self.max_depth - level
+
+    @contextlib.contextmanager
+    def branch(self):
+        self.in_branch += 1
+        try:
+            yield
+        finally:
+            self.in_branch -= 1
 
     def compile(self, schema, level: int, mode: int) -> Dfa:
         """The language of `schema` for a value at nesting `level` (mode: NORMAL, FREE_ORDER or EXACT)."""
@@ -184,7 +205,7 @@ class _Compiler:
         try:
             key = (
                 id(schema),
-                min(level, self.max_depth),
+                max(self.free_budget(level), 0),  # what `level` changes: the free-form depth left
                 mode,
                 tuple(sorted(self.ref_counts.items())),
                 tuple(self.scope) if self.dynamic else None,
@@ -202,21 +223,16 @@ class _Compiler:
             mode = max(mode, FREE_ORDER)  # several schemas constrain the same object's keys
         parts = [self._unevaluated(schema, level, mode)] if needs_case_split(schema) else []  # fails fast
         parts.append(self._values(schema, level, mode))
-        parts += [self.compile(s, level, mode) for s in _schema_list(schema, "allOf")]
-        if "anyOf" in schema:
-            parts.append(union(*(self.compile(s, level, mode) for s in _schema_list(schema, "anyOf"))))
-        if "oneOf" in schema:
-            parts.append(self._one_of(_schema_list(schema, "oneOf"), level, mode))
-        if "not" in schema:
-            parts.append(difference(self.any(level), self.compile(schema["not"], level, EXACT)))
-        if "if" in schema:
-            parts.append(self._if_then_else(schema, level, mode))
+        universe = self.any(level)
+        with self.branch():
+            parts += applicator_parts(self, schema, level, mode, universe)
         if "$ref" in schema:
             parts.append(self._ref(schema, level, mode))
         if "$dynamicRef" in schema:
             parts.append(self._ref(schema, level, mode, keyword="$dynamicRef"))
         if "dependentSchemas" in schema:
-            parts.append(self._dependent_schemas(schema["dependentSchemas"], level, mode))
+            with self.branch():
+                parts.append(dependent_schemas(self, schema["dependentSchemas"], level, mode, universe))
         free = self.any(level)  # depth-bounded: only for values nothing else constrains
         parts = [p for p in parts if p is not free] or [free]
         parts.sort(key=lambda d: d.num_states)
@@ -259,7 +275,7 @@ class _Compiler:
             parts.append(number_dfa("number" not in types, schema))
         if "string" in types:
             parts.append(self._string(schema, mode))
-        budget = self.max_depth - level
+        budget = self.free_budget(level)
         if "array" in types:
             arr = _with_unevaluated(schema, "unevaluatedItems", "items")
             free = not any(k in arr for k in TYPE_KEYWORDS["array"])
@@ -286,39 +302,6 @@ class _Compiler:
             extra,
             mode == EXACT,
         )
-
-    # ----------------------------------------------------------------- applicators
-    def _one_of(self, schemas: list, level: int, mode: int) -> Dfa:
-        exacts = [self.compile(s, level, EXACT) for s in schemas]
-        if mode == EXACT:
-            return exactly_one(*exacts)
-        parts = []
-        for i, s in enumerate(schemas):
-            others = exacts[:i] + exacts[i + 1 :]
-            parts.append(difference(self.compile(s, level, mode), *others))
-        return union(*parts)
-
-    def _if_then_else(self, schema: dict, level: int, mode: int) -> Dfa:
-        cond_exact = self.compile(schema["if"], level, EXACT)
-        cond = cond_exact if mode == EXACT else self.compile(schema["if"], level, mode)
-        then = self.compile(schema.get("then", True), level, mode)
-        other = self.compile(schema.get("else", True), level, mode)
-        return union(intersect(cond, then), intersect(difference(self.any(level), cond_exact), other))
-
-    def _dependent_schemas(self, deps, level: int, mode: int) -> Dfa:
-        """Objects with key k must also match deps[k]: (no k) | (has k & deps[k]), k by k."""
-        if not isinstance(deps, dict):
-            raise ConstraintError("dependentSchemas: expected an object")
-        parts = []
-        for key, sub in deps.items():
-            has_key = self.compile(self.keep({"type": "object", "required": [key]}), level, EXACT)
-            parts.append(
-                union(
-                    difference(self.any(level), has_key),
-                    intersect(has_key, self.compile(sub, level, max(mode, FREE_ORDER))),
-                )
-            )
-        return intersect(*parts) if parts else self.any(level)
 
     def _unevaluated(self, schema: dict, level: int, mode: int) -> Dfa:
         try:
@@ -365,13 +348,6 @@ def _contributors(schema: dict) -> int:
     applicators += "if" in schema and ("then" in schema or "else" in schema)  # `if` and its branch
     all_of = schema.get("allOf")
     return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
-
-
-def _schema_list(schema: dict, keyword: str) -> list:
-    value = schema[keyword] if keyword in schema else []
-    if not isinstance(value, list) or (keyword in schema and not value):
-        raise ConstraintError(f"{keyword}: expected a non-empty list of schemas")
-    return value
 
 
 def _types(schema: dict) -> tuple:

@@ -12,6 +12,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 
 _DEFAULT_BASE = "https://sgl.invalid/root-schema"
 _NOT_SCHEMAS = ("enum", "const", "examples", "default")
+_SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
 
 
 class RefResolver:
@@ -25,7 +26,14 @@ class RefResolver:
         self.dynamic_anchors: dict[str, object] = {}
         self._index(root, _DEFAULT_BASE)
 
-    def _index(self, node, base: str) -> None:
+    def _index(self, node, base: str, names_schemas: bool = False) -> None:
+        """names_schemas: `node` maps names to schemas (properties, $defs...), so a key such as
+        "default" names a schema rather than holding an instance."""
+        if names_schemas:
+            if isinstance(node, dict):
+                for value in node.values():
+                    self._index(value, base)
+            return
         if isinstance(node, list):
             for item in node:
                 self._index(item, base)
@@ -45,7 +53,7 @@ class RefResolver:
             self.dynamic_anchors.setdefault(f"{base}#{node['$dynamicAnchor']}", node)
         for key, value in node.items():
             if key not in _NOT_SCHEMAS:
-                self._index(value, base)
+                self._index(value, base, key in _SCHEMA_MAPS)
 
     def base(self, node) -> str:
         return self.base_of.get(id(node), _DEFAULT_BASE)
