@@ -9,7 +9,6 @@ from typing import Callable, Sequence
 from sgl_runtime.constrained.automata import (
     EMPTY,
     EPSILON,
-    Charset,
     Dfa,
     _charsets_of,
     _check_size,
@@ -33,10 +32,6 @@ class Nfa:
 
     def add_eps(self, src: int, dst: int) -> None:
         self.eps[src].append(dst)
-
-    def add_edge(self, src: int, cs: Charset, dst: int) -> None:
-        if not cs.is_empty():
-            self.edges[src].append((cs, dst))
 
     def embed(self, dfa: Dfa) -> tuple[int, list[int]]:
         """Copies `dfa` in; returns (its start state, its final states)."""

@@ -107,11 +107,6 @@ def split_groups(groups: list[tuple[int, list[int]]], max_members: int) -> list[
     return [c for c in chunks if len(c[1]) >= 2]
 
 
-def max_chunks_for(batch_size: int) -> int:
-    """The most chunks a batch can have (each holds two requests at least)."""
-    return max(1, batch_size // 2)
-
-
 # ---------------------------------------------------------------------------- Triton launch
 def shared_prefix_attention(
     q: torch.Tensor,

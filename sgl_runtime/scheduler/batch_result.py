@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 from sgl_runtime.host_to_device import to_device
@@ -147,7 +145,3 @@ def make_token_output(req: Req) -> ReqTokenOutput:
 
 def should_stream(req: Req, interval: int) -> bool:
     return req.stream and len(req.output_ids) - req.sent_len >= interval
-
-
-def reqs_by_rid(reqs: Sequence[Req], rid: str) -> list[Req]:
-    return [r for r in reqs if r.rid == rid]

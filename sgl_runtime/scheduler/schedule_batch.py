@@ -54,10 +54,6 @@ class LogitsLayout:
     score_targets: list[list[int]] = field(default_factory=list)
     score_positions: list[list[int]] = field(default_factory=list)
 
-    @property
-    def sample_rows(self) -> list[int]:
-        return [end - 1 for end, s in zip(self.row_end, self.samples) if s]
-
 
 class ScheduleBatch:
     """The requests of one forward, and the pools it allocates from."""
@@ -86,10 +82,6 @@ class ScheduleBatch:
 
     def __len__(self) -> int:
         return len(self.reqs)
-
-    @property
-    def sampling_reqs(self) -> list[Req]:
-        return [r for r, s in zip(self.reqs, self.layout.samples) if s]
 
     # ------------------------------------------------------------------ allocation
     def _assign_req_rows(self) -> None:

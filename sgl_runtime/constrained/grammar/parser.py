@@ -64,7 +64,3 @@ class LalrStacks:
         if len(self._accepted) > self._cache_size:
             self._accepted.popitem(last=False)
         return names
-
-    def lexer_choices(self, stack: Stack) -> frozenset:
-        """The terminal names lark's contextual lexer admits in this parser state."""
-        return frozenset(self.states[stack[-1]])
