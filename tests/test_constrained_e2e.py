@@ -1,6 +1,6 @@
 """End to end through the real server on the demo model (random weights: an adversarial model).
 
-200 generations at temperature 1 for each of 3 regexes, 3 JSON Schemas and the json and
+64 generations (200 in the long form, SGL_LONG_TESTS=1) at temperature 1 for each of 3 regexes, 3 JSON Schemas and the json and
 arithmetic grammars, with jump-forward on (the shared server) and off (a server started with
 --disable-jump-forward): every output satisfies its constraint, checked with Python's `re`,
 `jsonschema` and lark. Budget-aware completion makes outputs end on a sentence before
@@ -14,11 +14,12 @@ import jsonschema
 import lark
 import pytest
 import requests
+from long_form import examples
 from server_fixtures import start_server
 
 from sgl_runtime.constrained.grammar.source import grammar_text
 
-N = 200
+N = examples(64, 200)
 MAX_NEW_TOKENS = 12
 
 REGEXES = [r"[a-z]+@[a-z]+\.com", r'\{"x": \[[0-9]+(, [0-9]+)*\]\}', r"\d{3}-\d{2,4}( ext\. \w+)?"]
