@@ -161,10 +161,17 @@ def test_a_failure_after_the_forward_also_frees_everything(engine, monkeypatch):
     assert engine.flush_cache()
     (prompt,) = random_prompts((15,), seed=37)
 
-    def broken_sampler(logits, reqs):
-        raise ValueError("simulated sampler failure")
+    class BrokenSampler:  # sampling raises; the rest of the sampler (mask prefetch before the forward) works
+        def __init__(self, real):
+            self.real = real
 
-    monkeypatch.setattr(scheduler, "sampler", broken_sampler)
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def __call__(self, logits, reqs):
+            raise ValueError("simulated sampler failure")
+
+    monkeypatch.setattr(scheduler, "sampler", BrokenSampler(scheduler.sampler))
     scheduler.handle(_request("x", prompt, 4))
     out = scheduler.step()
     assert out.outputs[0].finished_reason["type"] == "abort" and "sampler failure" in out.outputs[0].error
