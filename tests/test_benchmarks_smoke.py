@@ -13,10 +13,10 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _run(script: str) -> dict:
+def _run(script: str, *extra: str) -> dict:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
-        [sys.executable, str(BENCH_DIR / script), "--tiny", "--device", "cpu"],
+        [sys.executable, str(BENCH_DIR / script), "--tiny", "--device", "cpu", *extra],
         cwd=BENCH_DIR,
         env=env,
         capture_output=True,
@@ -107,3 +107,12 @@ def test_first_prefill_tiny():
     result = _run("first_prefill.py")
     assert len(result["passes"]) == 3
     assert all(p["tok_s"] > 0 and p["forwards"] and p["forwards"][0]["kind"] == "extend" for p in result["passes"])
+
+
+@pytest.mark.slow
+def test_http_throughput_tiny():
+    """The server over HTTP (plain and streamed) against the Engine on the same workload."""
+    result = _run("http_throughput.py", "--passes", "1", "--client-procs", "2")
+    for key in ("engine_output_tok_s", "http_output_tok_s", "http_stream_output_tok_s"):
+        assert len(result[key]) == 1 and result[key][0] > 0, key
+    assert result["http_vs_engine"] > 0 and result["http_stream_vs_engine"] > 0
