@@ -13,7 +13,7 @@ from sgl_runtime.scheduler.scheduler_endpoint import SchedulerEndpoint
 
 
 class InProcessTransport:
-    """The tokenizer manager's transport: `send(message)`, `await recv()`."""
+    """The tokenizer manager's transport: `send(message)`, `await recv()` (the messages ready)."""
 
     def __init__(self, endpoint: SchedulerEndpoint, detokenizer: DetokenizerManager) -> None:
         self._endpoint = endpoint
@@ -30,7 +30,7 @@ class InProcessTransport:
             self._ready.append(reply)
         self._wake.set()
 
-    async def recv(self) -> object:
+    async def recv(self) -> list[object]:
         while not self._ready:
             if self._endpoint.scheduler.has_work():
                 output = self._endpoint.step()
@@ -40,4 +40,6 @@ class InProcessTransport:
             else:
                 self._wake.clear()
                 await self._wake.wait()
-        return self._ready.popleft()
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready

@@ -91,20 +91,23 @@ class TokenizerManager:
 
     async def _receive_loop(self) -> None:
         while True:
-            message = await self._transport.recv()
-            if isinstance(message, BatchStrOut):
-                for out in message.outputs:
-                    state = self.states.get(out.rid)
-                    if state is not None:
-                        self._apply_output(state, out)
-            elif type(message) in self._pending_control:
-                waiters = self._pending_control[type(message)]
-                if waiters:
-                    future = waiters.popleft()
-                    if not future.done():
-                        future.set_result(message)
-            else:
-                logger.warning("unexpected message from the detokenizer: %r", type(message).__name__)
+            for message in await self._transport.recv():
+                self._handle(message)
+
+    def _handle(self, message: object) -> None:
+        if isinstance(message, BatchStrOut):
+            for out in message.outputs:
+                state = self.states.get(out.rid)
+                if state is not None:
+                    self._apply_output(state, out)
+        elif type(message) in self._pending_control:
+            waiters = self._pending_control[type(message)]
+            if waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_result(message)
+        else:
+            logger.warning("unexpected message from the detokenizer: %r", type(message).__name__)
 
     def _apply_output(self, state: ReqState, out) -> None:
         """Merge one output into its request; a failure here fails that request, not the loop."""
@@ -266,13 +269,16 @@ class TokenizerManager:
                         self.abort(state.rid)
                         self._count_abort()
                 deadline = None
-            try:
-                wait = DISCONNECT_CHECK_S if left is None else max(0.0, min(DISCONNECT_CHECK_S, left))
-                state = await asyncio.wait_for(updates.get(), timeout=wait)
-            except asyncio.TimeoutError:
-                if request is not None and await request.is_disconnected():
-                    raise ClientDisconnected() from None
-                continue
+            if not updates.empty():  # the common case under load: no timer, no task
+                state = updates.get_nowait()
+            else:
+                try:
+                    wait = DISCONNECT_CHECK_S if left is None else max(0.0, min(DISCONNECT_CHECK_S, left))
+                    state = await asyncio.wait_for(updates.get(), timeout=wait)
+                except asyncio.TimeoutError:
+                    if request is not None and await request.is_disconnected():
+                        raise ClientDisconnected() from None
+                    continue
             if seen.get(state.rid) == state.version or state.rid not in unfinished:
                 continue
             seen[state.rid] = state.version
