@@ -25,6 +25,8 @@ _DTYPES = {
     "fp32": torch.float32,
 }
 CPU_DTYPES = (torch.float32, torch.bfloat16)
+# config.json key of explicit per-frequency rope factors (a GGUF's rope_freqs tensor, written at conversion)
+ROPE_FREQ_FACTORS_KEY = "rope_freq_factors"
 
 
 def load_hf_config(model_path: str):
@@ -43,8 +45,12 @@ def load_hf_config(model_path: str):
 
 def rope_parameters(hf_config) -> dict[str, Any]:
     """rope_theta, rope_type and scaling fields, from transformers 5's rope_parameters or the older fields,
-    plus the config's max_position_embeddings (dynamic NTK and YaRN read it)."""
+    plus the config's max_position_embeddings (dynamic NTK and YaRN read it) and, as `freq_factors`, the
+    per-frequency factors a converted GGUF's config carries."""
     params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    factors = getattr(hf_config, ROPE_FREQ_FACTORS_KEY, None)
+    if factors is not None:
+        params["freq_factors"] = [float(f) for f in factors]
     legacy = getattr(hf_config, "rope_scaling", None)
     if legacy and not params.get("rope_type"):
         params.update(legacy)
@@ -57,7 +63,8 @@ def rope_parameters(hf_config) -> dict[str, Any]:
 def rope_context_limit(hf_config) -> int:
     """The longest context the rope config supports: max_position_embeddings, extended by a linear or
     dynamic factor, or to YaRN's original_max_position_embeddings * factor (llama3 configs already state
-    the extended length as max_position_embeddings)."""
+    the extended length as max_position_embeddings, and so do GGUF files with rope_freqs factors: their
+    context_length is the HF max_position_embeddings)."""
     params = rope_parameters(hf_config)
     max_pos = _max_position_embeddings(hf_config)
     rope_type = params["rope_type"]
@@ -190,8 +197,9 @@ def _rope_limit_reason(hf_config, window: Optional[int]) -> str:
     params = rope_parameters(hf_config)
     max_pos = _max_position_embeddings(hf_config)
     if params["rope_type"] in ("default", "llama3"):
+        factors = " and the GGUF's rope_freqs factors" if "freq_factors" in params else ""
         return (
-            f"max_position_embeddings={max_pos} with rope_type {params['rope_type']!r}; a rope_scaling config"
-            " (yarn, linear, dynamic) in config.json extends it"
+            f"max_position_embeddings={max_pos} with rope_type {params['rope_type']!r}{factors}; a rope_scaling"
+            " config (yarn, linear, dynamic) in config.json extends it"
         )
     return f"max_position_embeddings={max_pos} extended by rope_type {params['rope_type']!r}"

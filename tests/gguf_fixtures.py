@@ -9,6 +9,7 @@ to small values (the rest of a K-quant block is any bit pattern); both loaders t
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import gguf
@@ -47,10 +48,19 @@ def byte_level_vocab() -> tuple[list[str], list[str]]:
 def write_tiny_gguf(path, arch: str, qtypes: dict[str, Q], seed: int = 0) -> str:
     """A tiny random `arch` model as GGUF at `path`; `qtypes` maps a GGUF tensor-name fragment ("attn_q",
     "ffn_down", "token_embd", ...) to its storage type (F32 for the rest). Returns the path."""
-    model, config = _tiny_hf_model(arch, seed)
+    model, _ = tiny_hf_model(arch, seed)
+    return write_gguf(path, arch, model, qtypes, seed)
+
+
+def write_gguf(path, arch: str, model, qtypes: dict[str, Q], seed: int = 0, extra_tensors=None) -> str:
+    """`model` (an HF model of `arch` over byte_level_vocab) as GGUF at `path`, plus `extra_tensors`
+    ({GGUF name: float32 array}, e.g. rope_freqs) written as F32. Returns the path."""
+    config = model.config
     tokens, merges = byte_level_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     _add_metadata(writer, config, tokens, merges)
+    for name, data in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.asarray(data, dtype=np.float32))
     name_map = gguf.get_tensor_name_map(
         next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), config.num_hidden_layers
     )
@@ -82,12 +92,14 @@ def permute_like_llama_cpp(weights: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def _tiny_hf_model(arch: str, seed: int):
+def tiny_hf_model(arch: str, seed: int = 0, **config_overrides):
+    """(random float32 HF model, its config) of `arch` over byte_level_vocab; `config_overrides` replace
+    the tiny defaults (hidden_size 256, 2 layers, max_position_embeddings 512, rope_theta 10000, ...)."""
     import transformers
 
     class_name, overrides = LAYOUTS[arch]
     vocab = len(byte_level_vocab()[0])
-    config = getattr(transformers, class_name.replace("ForCausalLM", "Config"))(
+    fields = dict(
         vocab_size=vocab,
         hidden_size=256,
         intermediate_size=512,
@@ -97,7 +109,9 @@ def _tiny_hf_model(arch: str, seed: int):
         rope_theta=10000.0,
         bos_token_id=vocab - 2,
         eos_token_id=vocab - 1,
-        **overrides,
+    )
+    config = getattr(transformers, class_name.replace("ForCausalLM", "Config"))(
+        **{**fields, **overrides, **config_overrides}
     )
     torch.manual_seed(seed)
     model = getattr(transformers, class_name)(config).float()
@@ -170,3 +184,44 @@ def transformers_gguf_model(gguf_file: str):
 
     path = Path(gguf_file)
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+def llama_cpp_rope_freqs(config) -> np.ndarray:
+    """The rope_freqs factors llama.cpp's converter writes for a llama3 rope_scaling config: one per
+    rotary frequency, 1 where the wavelength is short, `factor` where it is long, and in between the
+    reciprocal of the smooth llama3 interpolation, so that llama.cpp's freq / factor_i is HF's frequency."""
+    params = config.rope_parameters
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    freqs = 1.0 / (params["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+    old_context = params["original_max_position_embeddings"]
+    factors = []
+    for freq in freqs.astype(np.float32):
+        wavelength = 2 * math.pi / float(freq)
+        if wavelength < old_context / high:
+            factors.append(1.0)
+        elif wavelength > old_context / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context / wavelength - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def write_llama3_pair(
+    directory, rope_scaling: dict, seed: int = 0, qk_scale: float = 1.0, **config_overrides
+) -> tuple[str, str]:
+    """(GGUF file, safetensors checkpoint directory) of one tiny random Llama with a llama3 rope_scaling:
+    the checkpoint as save_pretrained writes it, the GGUF as llama.cpp converts it (q/k permuted, the
+    rope_scaling dropped from the metadata and written as the rope_freqs tensor instead). `qk_scale`
+    multiplies the q/k projections: sharper attention makes the logits depend more on the rotary angles."""
+    directory = Path(directory)
+    model, config = tiny_hf_model("llama", seed, rope_scaling=dict(rope_scaling), **config_overrides)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".q_proj." in name or ".k_proj." in name:
+                param.mul_(qk_scale)
+    model.save_pretrained(str(directory / "hf"))
+    rope_freqs = llama_cpp_rope_freqs(config)
+    gguf_file = write_gguf(directory / "llama3.gguf", "llama", model, {}, seed, {"rope_freqs.weight": rope_freqs})
+    return gguf_file, str(directory / "hf")

@@ -160,3 +160,18 @@ def test_scaled_rope_through_the_triton_path_matches_transformers(name, arch, tm
     finally:
         engine.shutdown()
     assert [r["output_ids"] for r in results] == [hf_greedy(path, p, 8) for p in prompts]
+
+
+def test_frequency_factors_divide_the_frequencies_of_their_rope_type():
+    """A GGUF's rope_freqs factors, as llama.cpp applies them: theta_i = pos * inv_freq_i / factor_i."""
+    factors = [1.0, 1.5, 2.0, 8.0, 8.0, 8.0, 8.0, 8.0]
+    default = rope_inv_freq(16, {"rope_theta": 500000.0})
+    assert torch.equal(
+        rope_inv_freq(16, {"rope_theta": 500000.0, "freq_factors": factors}), default / torch.tensor(factors)
+    )
+    linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0, "freq_factors": factors}
+    assert torch.equal(rope_inv_freq(16, linear), default / 2.0 / torch.tensor(factors))
+    with pytest.raises(ValueError, match="7 rope frequency factors for 8 frequencies"):
+        rope_inv_freq(16, {"freq_factors": factors[:7]})
+    with pytest.raises(ValueError, match="combine only with rope_type default or linear"):
+        rope_inv_freq(16, {**SCALINGS["yarn"][0], "freq_factors": factors})

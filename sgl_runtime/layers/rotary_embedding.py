@@ -9,6 +9,9 @@ context the config supports (max_position_embeddings * factor), so every positio
 uses the same frequencies. transformers instead rescales per forward from the longest sequence in
 the batch, which a KV cache cannot follow (cached keys were rotated with the old base); the two agree
 for a sequence of exactly that longest length.
+
+Per-frequency factors (`freq_factors`, llama.cpp's rope_freqs tensor of a GGUF file) divide the
+frequencies the rope_type gives, as llama.cpp does: theta_i = pos * inv_freq_i / factor_i.
 """
 
 from __future__ import annotations
@@ -23,10 +26,26 @@ from sgl_runtime.kernels import fusion
 from sgl_runtime.kernels.rotary import apply_rotary_
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+# rope types whose frequencies explicit per-frequency factors may divide (llama.cpp composes them by division)
+FREQ_FACTOR_ROPE_TYPES = ("default", "linear")
 
 
 def rope_inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
-    """Inverse frequencies [head_dim // 2] in float32 for the rope_type in `params`."""
+    """Inverse frequencies [head_dim // 2] in float32 for the rope_type in `params`, divided by its
+    `freq_factors` when it has them."""
+    inv_freq = _rope_type_inv_freq(head_dim, params)
+    factors = params.get("freq_factors")
+    if factors is None:
+        return inv_freq
+    if params.get("rope_type", "default") not in FREQ_FACTOR_ROPE_TYPES:
+        raise ValueError(f"rope frequency factors combine only with rope_type {' or '.join(FREQ_FACTOR_ROPE_TYPES)}")
+    factors = torch.as_tensor(factors, dtype=torch.float32)
+    if factors.shape != inv_freq.shape:
+        raise ValueError(f"{factors.numel()} rope frequency factors for {inv_freq.numel()} frequencies")
+    return inv_freq / factors
+
+
+def _rope_type_inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
     base = float(params.get("rope_theta", 10000.0))
     rope_type = params.get("rope_type", "default")
     if rope_type == "dynamic":

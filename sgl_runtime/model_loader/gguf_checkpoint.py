@@ -5,6 +5,8 @@ The directory (cached, keyed by the file's path, size and mtime) holds config.js
 code, generation_config.json with the EOS id, gguf_source.json naming the GGUF file, from which the
 loader dequantizes the weights (gguf_loader.py), and gguf_tensors.json, gguf's index of the tensors. Converting the tokenizer takes tens of seconds (gguf's
 reader parses every vocabulary string); every later start reads the cached directory and the index.
+A Llama-3.1 file's rope_freqs tensor (llama3 rope scaling as one factor per frequency) goes into config.json
+as rope_freq_factors, which the rotary embedding divides its frequencies by (`rope_freq_factors` says why).
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
+from sgl_runtime.model_config import ROPE_FREQ_FACTORS_KEY, head_dim_of
 from sgl_runtime.model_loader.demo_tokenizer import default_cache_dir
 from sgl_runtime.model_loader.gguf_loader import (
+    ROPE_FREQS_TENSOR,
     TENSOR_INDEX_FILE,
     open_gguf,
     write_tensor_index,
@@ -28,7 +34,7 @@ from sgl_runtime.model_loader.gguf_loader import (
 logger = logging.getLogger(__name__)
 
 GGUF_SOURCE_FILE = "gguf_source.json"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3  # 3: config.json carries rope_freq_factors from a rope_freqs tensor
 # GGUF general.architecture -> our model class (architectures entry of config.json).
 GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -111,12 +117,14 @@ def write_gguf_model_dir(gguf_file: str, out: Path) -> None:
 
 
 def gguf_hf_config(gguf_file: str, reader=None):
-    """The transformers config transformers itself builds from the GGUF metadata, plus `architectures`
-    and the head size GGUF states (attention.key_length), which transformers' mapping drops for Qwen3."""
+    """The transformers config transformers itself builds from the GGUF metadata, plus `architectures`,
+    the head size GGUF states (attention.key_length), which transformers' mapping drops for Qwen3, and
+    the rope_freqs factors, which transformers' GGUF code ignores (`rope_freq_factors`)."""
     from transformers import AutoConfig
 
     path = Path(gguf_file)
-    fields = (reader or open_gguf(gguf_file)).fields
+    reader = reader or open_gguf(gguf_file)
+    fields = reader.fields
     arch = fields["general.architecture"].contents() if "general.architecture" in fields else None
     if arch not in GGUF_ARCHITECTURES:
         raise ValueError(f"GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}")
@@ -128,7 +136,41 @@ def gguf_hf_config(gguf_file: str, reader=None):
     key_length = fields.get(f"{arch}.attention.key_length")
     if key_length is not None:
         config.head_dim = int(key_length.contents())
+    factors = rope_freq_factors(gguf_file, reader, config)
+    if factors is not None:
+        setattr(config, ROPE_FREQ_FACTORS_KEY, factors)
     return config
+
+
+def rope_freq_factors(gguf_file: str, reader, config) -> Optional[list[float]]:
+    """The GGUF's rope_freqs tensor (one factor per rotary frequency), or None when it has none.
+
+    llama.cpp's converter writes these factors for a Llama-3.1/3.2 checkpoint whose HF config has a
+    llama3 rope_scaling, and llama.cpp divides each frequency by its factor. They are carried verbatim
+    into config.json, and the rotary embedding serves inv_freq / factor, rather than recovering the HF
+    llama3 parameters from them, because:
+    - the factors are what the file means: llama.cpp runs them, whatever wrote them (llama3 or not, any
+      converter version, hand-edited), so dividing by them is exact for every file;
+    - recovery is not well posed: the four llama3 parameters (factor, low/high_freq_factor,
+      original_max_position_embeddings) are determined by the factors only up to the band edges, so a
+      match would rest on guessing Llama-3.1's values, and a bit-exact check would fail on converters that
+      round differently (llama.cpp's factor 1 / ((1 - s) / f + s) and HF's (1 - s) inv / f + s inv differ
+      in the last bit), turning a last-ulp difference into a refusal.
+    The served frequencies then equal HF's llama3 frequencies to float32 rounding (tests/test_gguf_rope.py).
+    """
+    tensor = next((t for t in reader.tensors if t.name == ROPE_FREQS_TENSOR), None)
+    if tensor is None:
+        return None
+    from gguf import GGMLQuantizationType, quants
+
+    factors = quants.dequantize(tensor.data, GGMLQuantizationType(int(tensor.tensor_type))).reshape(-1)
+    expected = head_dim_of(config) // 2
+    if len(factors) != expected or not (np.isfinite(factors) & (factors > 0)).all():
+        raise ValueError(
+            f"{gguf_file!r}: rope_freqs must hold {expected} finite positive factors (one per rotary frequency), "
+            f"got {len(factors)} values: {factors.tolist()[:8]}"
+        )
+    return [float(f) for f in factors.astype(np.float32)]  # float32 values, exact in JSON's float64
 
 
 def gguf_tokenizer(gguf_file: str):

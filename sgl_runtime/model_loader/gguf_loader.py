@@ -3,7 +3,8 @@
 Names are mapped with gguf's own TensorNameMap (HF name -> GGUF name, inverted over the parameters the
 model asks for). llama.cpp's converter permutes the rows of Llama's q/k projections (its rotary kernel
 pairs neighbouring dimensions, HF's pairs the two halves); `unpermute_qk` undoes that, as transformers'
-GGUF loader does. Qwen2/Qwen3 files are written unpermuted.
+GGUF loader does. Qwen2/Qwen3 files are written unpermuted. A rope_freqs tensor is no parameter: its
+factors were read into config.json at conversion (gguf_checkpoint.rope_freq_factors).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from sgl_runtime.model_config import ROPE_FREQ_FACTORS_KEY
+
 logger = logging.getLogger(__name__)
 
 TENSOR_INDEX_FILE = "gguf_tensors.json"
 PERMUTED_QK_ARCHS = ("llama", "mistral")
-# Tensors llama.cpp adds that the HF model computes itself.
-IGNORED_TENSORS = ("rope_freqs.weight",)
+ROPE_FREQS_TENSOR = "rope_freqs.weight"
+# Tensors llama.cpp adds that are no parameter of the HF model (rope_freqs lives in the config).
+IGNORED_TENSORS = (ROPE_FREQS_TENSOR,)
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,8 @@ def iter_gguf_weights(
     """(HF name, float32 tensor) for each GGUF tensor, dequantized by gguf.quants and in HF layout."""
     from gguf import GGMLQuantizationType, quants
 
-    if any(e.name == "rope_freqs.weight" for e in entries):
-        raise ValueError(
-            f"{gguf_file!r} carries llama3 rope frequency factors (rope_freqs), which GGUF loading "
-            "does not support yet; load the safetensors checkpoint instead"
-        )
+    if any(e.name == ROPE_FREQS_TENSOR for e in entries) and getattr(hf_config, ROPE_FREQ_FACTORS_KEY, None) is None:
+        raise ValueError(f"{gguf_file!r} carries rope_freqs but its converted config lacks {ROPE_FREQ_FACTORS_KEY}")
     names = gguf_to_hf_names(arch, int(hf_config.num_hidden_layers), hf_names)
     raw = np.memmap(gguf_file, dtype=np.uint8, mode="r")
     for entry in entries:
