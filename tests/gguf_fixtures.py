@@ -52,13 +52,19 @@ def write_tiny_gguf(path, arch: str, qtypes: dict[str, Q], seed: int = 0) -> str
     return write_gguf(path, arch, model, qtypes, seed)
 
 
-def write_gguf(path, arch: str, model, qtypes: dict[str, Q], seed: int = 0, extra_tensors=None) -> str:
+def write_gguf(
+    path, arch: str, model, qtypes: dict[str, Q], seed: int = 0, extra_tensors=None, extra_metadata=None
+) -> str:
     """`model` (an HF model of `arch` over byte_level_vocab) as GGUF at `path`, plus `extra_tensors`
-    ({GGUF name: float32 array}, e.g. rope_freqs) written as F32. Returns the path."""
+    ({GGUF name: float32 array}, e.g. rope_freqs) written as F32 and `extra_metadata` ({key: str, int or
+    float}, "{arch}" formatted in the key; ints as uint32, floats as float32). Returns the path."""
     config = model.config
     tokens, merges = byte_level_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     _add_metadata(writer, config, tokens, merges)
+    for key, value in (extra_metadata or {}).items():
+        add = {str: writer.add_string, int: writer.add_uint32, float: writer.add_float32}[type(value)]
+        add(key.format(arch=arch), value)
     for name, data in (extra_tensors or {}).items():
         writer.add_tensor(name, np.asarray(data, dtype=np.float32))
     name_map = gguf.get_tensor_name_map(

@@ -152,3 +152,67 @@ def test_the_weight_loader_skips_rope_freqs_only_when_the_config_carries_them(ll
     del config.rope_freq_factors  # a config converted without them would serve default rope: refused
     with pytest.raises(ValueError, match="carries rope_freqs but its converted config lacks rope_freq_factors"):
         next(iter_gguf_weights(gguf_file, arch, entries, hf_names, config))
+
+
+# llama.cpp's converter writes an HF rope_scaling of type linear or yarn as metadata keys
+SCALED = {
+    "linear": (
+        {"rope_type": "linear", "factor": 4.0},
+        {"{arch}.rope.scaling.type": "linear", "{arch}.rope.scaling.factor": 4.0},
+    ),
+    "yarn": (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+        {
+            "{arch}.rope.scaling.type": "yarn",
+            "{arch}.rope.scaling.factor": 4.0,
+            "{arch}.rope.scaling.original_context_length": 512,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(SCALED))
+def test_gguf_rope_scaling_metadata_matches_the_scaled_checkpoint(kind, tmp_path, cache):
+    """transformers' GGUF config code reads no {arch}.rope.scaling.* keys; served without them, a file
+    converted from a scaled checkpoint would run plain rope."""
+    from gguf_fixtures import tiny_hf_model
+
+    hf_scaling, metadata = SCALED[kind]
+    model, _ = tiny_hf_model("llama", rope_scaling=dict(hf_scaling), **{**SHAPE, "max_position_embeddings": 512})
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".q_proj." in name or ".k_proj." in name:
+                param.mul_(3.0)  # sharper attention: the logits depend more on the rotary angles
+    model.save_pretrained(str(tmp_path / "hf"))
+    gguf_file = write_gguf(tmp_path / f"{kind}.gguf", "llama", model, {}, extra_metadata=metadata)
+    params = rope_parameters(ModelConfig.from_path(resolve_model_path(gguf_file)).hf_config)
+    assert {k: params[k] for k in hf_scaling} == hf_scaling
+    reference = _hf_logits(str(tmp_path / "hf"))
+    logits = _served_logits(gguf_file)
+    scale = reference.abs().max().item()
+    torch.testing.assert_close(logits, reference, rtol=0, atol=1e-5 * scale)
+    unscaled = _hf_logits(str(tmp_path / "hf"), {"rope_type": "default", "rope_theta": SHAPE["rope_theta"]})
+    assert (unscaled - reference).abs().max().item() > 0.03 * scale  # not vacuous: plain rope is far off
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"{arch}.rope.scaling.type": "longrope", "{arch}.rope.scaling.factor": 4.0}, "rope scaling type 'longrope'"),
+        (
+            {
+                "{arch}.rope.scaling.type": "yarn",
+                "{arch}.rope.scaling.factor": 4.0,
+                "{arch}.rope.scaling.yarn_log_multiplier": 0.1,
+            },
+            "llama.rope.scaling.yarn_log_multiplier",
+        ),
+    ],
+)
+def test_gguf_rope_scaling_without_an_exact_counterpart_is_refused(metadata, message, tmp_path, cache):
+    from gguf_fixtures import tiny_hf_model
+
+    model, _ = tiny_hf_model("llama", **SHAPE)
+    path = write_gguf(tmp_path / "scaled.gguf", "llama", model, {}, extra_metadata=metadata)
+    with pytest.raises(ValueError, match=f"scaled.gguf.*states {message}.* which GGUF loading does not support"):
+        resolve_model_path(path)

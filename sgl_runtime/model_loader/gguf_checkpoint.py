@@ -34,7 +34,7 @@ from sgl_runtime.model_loader.gguf_loader import (
 logger = logging.getLogger(__name__)
 
 GGUF_SOURCE_FILE = "gguf_source.json"
-LAYOUT_VERSION = 3  # 3: config.json carries rope_freq_factors from a rope_freqs tensor
+LAYOUT_VERSION = 4  # 3: rope_freq_factors from a rope_freqs tensor; 4: rope scaling from the metadata
 # GGUF general.architecture -> our model class (architectures entry of config.json).
 GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -119,7 +119,7 @@ def write_gguf_model_dir(gguf_file: str, out: Path) -> None:
 def gguf_hf_config(gguf_file: str, reader=None):
     """The transformers config transformers itself builds from the GGUF metadata, plus `architectures`,
     the head size GGUF states (attention.key_length), which transformers' mapping drops for Qwen3, and
-    the rope_freqs factors, which transformers' GGUF code ignores (`rope_freq_factors`)."""
+    the rope scaling (metadata and rope_freqs factors), which transformers' GGUF code ignores."""
     from transformers import AutoConfig
 
     path = Path(gguf_file)
@@ -136,10 +136,53 @@ def gguf_hf_config(gguf_file: str, reader=None):
     key_length = fields.get(f"{arch}.attention.key_length")
     if key_length is not None:
         config.head_dim = int(key_length.contents())
+    scaling = gguf_rope_scaling(gguf_file, fields, arch)
+    if scaling is not None and hasattr(config, "rope_parameters"):  # transformers 5
+        config.rope_parameters = {**(config.rope_parameters or {}), **scaling}
+    elif scaling is not None:
+        config.rope_scaling = scaling
     factors = rope_freq_factors(gguf_file, reader, config)
     if factors is not None:
         setattr(config, ROPE_FREQ_FACTORS_KEY, factors)
     return config
+
+
+# {arch}.rope.scaling.* keys llama.cpp writes that have no exact HF counterpart here: a file stating one is refused
+UNMAPPED_ROPE_KEYS = ("attn_factor", "yarn_attn_factor", "yarn_ext_factor", "yarn_log_multiplier", "alpha")
+
+
+def gguf_rope_scaling(gguf_file: str, fields, arch: str) -> Optional[dict]:
+    """The HF rope parameters for the rope scaling a GGUF's metadata states, or None when it states none.
+
+    llama.cpp's converter writes an HF rope_scaling of type linear or yarn as {arch}.rope.scaling.type,
+    .factor and .original_context_length (older files: {arch}.rope.scale_linear), which transformers' GGUF
+    config code does not read: without this a file converted from a long-context checkpoint would be
+    served with plain rope. Any other scaling type, or a key with no exact HF counterpart, is refused.
+    """
+
+    def value(name: str):
+        field = fields.get(f"{arch}.rope.{name}")
+        return None if field is None else field.contents()
+
+    kind, factor = value("scaling.type"), value("scaling.factor")
+    if kind is None and value("scale_linear") is not None:
+        kind, factor = "linear", value("scale_linear")
+    if kind in (None, "none"):
+        return None
+    unmapped = [f"{arch}.rope.scaling.{key}" for key in UNMAPPED_ROPE_KEYS if value(f"scaling.{key}") is not None]
+    if kind not in ("linear", "yarn") or unmapped or factor is None:
+        what = f"rope scaling type {kind!r}" if kind not in ("linear", "yarn") else ", ".join(unmapped) or "no factor"
+        raise ValueError(f"{gguf_file!r} states {what} in its metadata, which GGUF loading does not support")
+    params = {"rope_type": kind, "factor": float(factor)}
+    if kind == "yarn":
+        original = value("scaling.original_context_length")
+        if original is None:
+            raise ValueError(f"{gguf_file!r}: yarn rope scaling without {arch}.rope.scaling.original_context_length")
+        params["original_max_position_embeddings"] = int(original)
+        for key in ("beta_fast", "beta_slow"):
+            if value(f"scaling.yarn_{key}") is not None:
+                params[key] = float(value(f"scaling.yarn_{key}"))
+    return params
 
 
 def rope_freq_factors(gguf_file: str, reader, config) -> Optional[list[float]]:
