@@ -63,6 +63,13 @@ def add_common_args(parser: argparse.ArgumentParser, default_config: str = "llam
     parser.add_argument("--seed", type=int, default=0)
 
 
+def bench_parser(description: str, default_config: str = "llama-3-8b") -> argparse.ArgumentParser:
+    """A script's parser: its Usage docstring as the help text (shown as written) and the shared flags."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser, default_config)
+    return parser
+
+
 def make_model_dir(model_config: str, tiny: bool) -> str:
     """A temporary model directory: the shipped config.json (shrunk when tiny) + the Qwen2.5 tokenizer files."""
     from sgl_runtime.model_loader.demo_tokenizer import get_qwen2_tokenizer_dir
@@ -98,6 +105,13 @@ def engine_kwargs(args: argparse.Namespace, **extra: Any) -> dict:
         kwargs.update(max_total_tokens=65536, max_running_requests=64)
     kwargs.update(extra)
     return kwargs
+
+
+def start_engine(args: argparse.Namespace, model_dir: str, **extra: Any) -> tuple[Any, int]:
+    """(an Engine on model_dir with the CLI's settings plus `extra` engine flags, the model's vocab size)."""
+    from sgl_runtime.engine import Engine
+
+    return Engine(model_path=model_dir, **engine_kwargs(args, **extra)), vocab_size_of(model_dir)
 
 
 def random_ids(rng: random.Random, n: int, vocab_size: int) -> list[int]:

@@ -18,20 +18,18 @@ import random
 
 from bench_utils import (
     ForwardTimer,
-    add_common_args,
-    engine_kwargs,
+    bench_parser,
     environment,
     make_model_dir,
     prefill_pass,
     report,
-    vocab_size_of,
+    start_engine,
     warm_up,
 )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = bench_parser(__doc__)
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args(argv)
     args.prefill_batch, args.prefill_len = (2, 16) if args.tiny else (8, 2048)
@@ -49,11 +47,7 @@ def _cache_files() -> set[str]:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from sgl_runtime.engine import Engine
-
-    model_dir = make_model_dir(args.model_config, args.tiny)
-    vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args))
+    engine, vocab = start_engine(args, make_model_dir(args.model_config, args.tiny))
     rng = random.Random(args.seed + 1)
     warm_up(engine, rng, vocab)  # offline_throughput's
     timer = ForwardTimer(engine)

@@ -28,15 +28,14 @@ import random
 
 from bench_utils import (
     ForwardTimer,
-    add_common_args,
-    engine_kwargs,
+    bench_parser,
     environment,
     make_model_dir,
     random_ids,
     report,
     run_isolated,
+    start_engine,
     timed_generate,
-    vocab_size_of,
 )
 
 SCHEMA = {
@@ -60,8 +59,7 @@ MODES = {  # name -> Engine overrides
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser, default_config="qwen2.5-7b")
+    parser = bench_parser(__doc__, default_config="qwen2.5-7b")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default 1,8,32,128,256; tiny: 1,4)")
     parser.add_argument("--passes", type=int, default=None, help="timed passes per batch size (default 3; tiny 1)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"which engines to run, of {','.join(MODES)}")
@@ -80,10 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_mode(args, model_dir: str, mode: str) -> dict:
     """One engine: per batch size, a cold pass (not when tiny), then args.passes timed pairs (JSON, then free with the
     JSON's token counts)."""
-    from sgl_runtime.engine import Engine
-
-    vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args, **MODES[mode]))
+    engine, vocab = start_engine(args, model_dir, **MODES[mode])
     timer = ForwardTimer(engine)
     json_params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
     rng = random.Random(args.seed)

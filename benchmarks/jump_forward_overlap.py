@@ -18,21 +18,19 @@ import random
 import statistics
 
 from bench_utils import (
-    add_common_args,
-    engine_kwargs,
+    bench_parser,
     environment,
     make_model_dir,
     random_ids,
     report,
+    start_engine,
     timed_generate,
-    vocab_size_of,
 )
 from json_decode import SCHEMA
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser, default_config="qwen2.5-7b")
+    parser = bench_parser(__doc__, default_config="qwen2.5-7b")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default 1,2,4,8,16,32,64,128)")
     parser.add_argument("--passes", type=int, default=None, help="timed passes per batch size and mode (default 3)")
     args = parser.parse_args(argv)
@@ -45,11 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from sgl_runtime.engine import Engine
-
-    model_dir = make_model_dir(args.model_config, args.tiny)
-    vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args))
+    engine, vocab = start_engine(args, make_model_dir(args.model_config, args.tiny))
     scheduler = engine.scheduler
     params = {"max_new_tokens": args.max_tokens, "json_schema": json.dumps(SCHEMA), "temperature": 0}
     rng = random.Random(args.seed)

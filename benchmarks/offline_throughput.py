@@ -21,23 +21,21 @@ import time
 
 from bench_utils import (
     ForwardTimer,
-    add_common_args,
-    engine_kwargs,
+    bench_parser,
     environment,
     make_model_dir,
     prefill_pass,
     random_ids,
     report,
     run_isolated,
+    start_engine,
     timed_generate,
-    vocab_size_of,
     warm_up,
 )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = bench_parser(__doc__)
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--skip-hf", action="store_true", help="skip the transformers baseline")
     args = parser.parse_args(argv)
@@ -61,11 +59,8 @@ def throughput_requests(args, vocab: int) -> tuple[list[list[int]], list[dict]]:
 
 
 def run_engine(args, model_dir: str) -> dict:
-    from sgl_runtime.engine import Engine
-
-    vocab = vocab_size_of(model_dir)
+    engine, vocab = start_engine(args, model_dir)
     rng = random.Random(args.seed + 1)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args))
     timer = ForwardTimer(engine)
     warm_up(engine, rng, vocab)
     result = {}

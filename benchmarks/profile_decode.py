@@ -14,7 +14,7 @@ import argparse
 import random
 import time
 
-from bench_utils import add_common_args, engine_kwargs, environment, make_model_dir, random_ids, report, vocab_size_of
+from bench_utils import add_common_args, environment, make_model_dir, random_ids, report, start_engine
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,12 +30,8 @@ def profile(args: argparse.Namespace) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from sgl_runtime.engine import Engine
-
-    model_dir = make_model_dir(args.model_config, args.tiny)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args))
+    engine, vocab = start_engine(args, make_model_dir(args.model_config, args.tiny))
     rng = random.Random(args.seed)
-    vocab = vocab_size_of(model_dir)
     params = {"max_new_tokens": args.tokens, "ignore_eos": True, "temperature": 0}
     engine.generate(input_ids=[random_ids(rng, 16, vocab)], sampling_params=[params])  # warm-up (graphs, compiles)
     on_gpu = torch.cuda.is_available() and args.device != "cpu"

@@ -22,12 +22,11 @@ from collections import defaultdict
 from bench_utils import (
     ForwardTimer,
     add_common_args,
-    engine_kwargs,
     environment,
     make_model_dir,
     random_ids,
     report,
-    vocab_size_of,
+    start_engine,
 )
 from json_decode import SCHEMA
 
@@ -73,15 +72,13 @@ class PhaseTimers:
 def profile(args: argparse.Namespace) -> dict:
     import torch
 
-    from sgl_runtime.engine import Engine
     from sgl_runtime.sampler import Sampler
     from sgl_runtime.scheduler import batch_result, overlap
     from sgl_runtime.scheduler import scheduler as scheduler_module
     from sgl_runtime.scheduler.schedule_batch import ScheduleBatch
 
     model_dir = make_model_dir(args.model_config, args.tiny)
-    vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_jump_forward=args.mode == "no-jump-forward"))
+    engine, vocab = start_engine(args, model_dir, disable_jump_forward=args.mode == "no-jump-forward")
     engine.scheduler.decode = engine.scheduler.decode.replace(
         defer_jump_forward=args.mode != "mixed",
         overlap_jump_forward_min_batch=16 if args.mode == "overlapped" else 0,

@@ -15,21 +15,19 @@ import random
 
 from bench_utils import (
     ForwardTimer,
-    add_common_args,
-    engine_kwargs,
+    bench_parser,
     environment,
     make_model_dir,
     random_ids,
     report,
     run_isolated,
+    start_engine,
     timed_generate,
-    vocab_size_of,
 )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = bench_parser(__doc__)
     parser.add_argument("--num-groups", type=int, default=None, help="groups of requests (default 64)")
     parser.add_argument("--max-running-requests", type=int, default=None, help="the engine's (default: its own)")
     args = parser.parse_args(argv)
@@ -53,11 +51,8 @@ def workload(args, vocab: int) -> tuple[list[list[int]], list[list[int]], list[d
 
 
 def run_mode(args, model_dir: str, radix: bool) -> dict:
-    from sgl_runtime.engine import Engine
-
-    vocab = vocab_size_of(model_dir)
     extra = {} if args.max_running_requests is None else {"max_running_requests": args.max_running_requests}
-    engine = Engine(model_path=model_dir, **engine_kwargs(args, disable_radix_cache=not radix, **extra))
+    engine, vocab = start_engine(args, model_dir, disable_radix_cache=not radix, **extra)
     timer = ForwardTimer(engine)
     warm = random.Random(args.seed + 99)
     timed_generate(

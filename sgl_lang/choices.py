@@ -7,7 +7,7 @@ tokens given the program text, and returns a `ChoicesDecision` whose meta info h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 
 @dataclass
@@ -38,7 +38,8 @@ def normalized_prompt_logprob(entries: list) -> float:
 
 
 class ChoicesSamplingMethod:
-    """Base class: `__call__` picks one choice from the scores."""
+    """Base class: `__call__` picks one choice from the scores. A method implements `_pick` (SGLang-style
+    subclasses that override `__call__` itself work too)."""
 
     requires_unconditional_logprobs = False
 
@@ -51,33 +52,27 @@ class ChoicesSamplingMethod:
         output_token_logprobs: list,
         unconditional_token_logprobs: Optional[list] = None,
     ) -> ChoicesDecision:
-        raise NotImplementedError
-
-    @staticmethod
-    def _meta(normalized: list, inputs: list, outputs: list, **extra: Any) -> dict:
-        return {
-            "normalized_prompt_logprobs": normalized,
-            "input_token_logprobs": inputs,
-            "output_token_logprobs": outputs,
+        best, extra = self._pick(
+            choices, normalized_prompt_logprobs, input_token_logprobs, unconditional_token_logprobs
+        )
+        meta = {
+            "normalized_prompt_logprobs": normalized_prompt_logprobs,
+            "input_token_logprobs": input_token_logprobs,
+            "output_token_logprobs": output_token_logprobs,
             **extra,
         }
+        return ChoicesDecision(choices[best], meta)
+
+    def _pick(self, choices: list, normalized: list, inputs: list, unconditional: Optional[list]) -> tuple[int, dict]:
+        """(index of the chosen choice, extra meta info) from the per-choice scores and logprob entries."""
+        raise NotImplementedError
 
 
 class TokenLengthNormalized(ChoicesSamplingMethod):
     """The choice whose tokens have the highest mean logprob (the default)."""
 
-    def __call__(
-        self,
-        *,
-        choices,
-        normalized_prompt_logprobs,
-        input_token_logprobs,
-        output_token_logprobs,
-        unconditional_token_logprobs=None,
-    ) -> ChoicesDecision:
-        best = _first_argmax(normalized_prompt_logprobs)
-        meta = self._meta(normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs)
-        return ChoicesDecision(choices[best], meta)
+    def _pick(self, choices: list, normalized: list, inputs: list, unconditional: Optional[list]) -> tuple[int, dict]:
+        return _first_argmax(normalized), {}
 
 
 class GreedyTokenSelection(ChoicesSamplingMethod):
@@ -86,27 +81,16 @@ class GreedyTokenSelection(ChoicesSamplingMethod):
     A choice shorter than the longest is padded with its own mean logprob.
     """
 
-    def __call__(
-        self,
-        *,
-        choices,
-        normalized_prompt_logprobs,
-        input_token_logprobs,
-        output_token_logprobs,
-        unconditional_token_logprobs=None,
-    ) -> ChoicesDecision:
-        width = max(len(entries) for entries in input_token_logprobs)
-        matrix = [self._padded_row(entries, width) for entries in input_token_logprobs]
+    def _pick(self, choices: list, normalized: list, inputs: list, unconditional: Optional[list]) -> tuple[int, dict]:
+        width = max(len(entries) for entries in inputs)
+        matrix = [self._padded_row(entries, width) for entries in inputs]
         remaining = list(range(len(choices)))
         for column in range(width):
             best = max(matrix[i][column] for i in remaining)
             remaining = [i for i in remaining if matrix[i][column] == best]
             if len(remaining) == 1:
                 break
-        meta = self._meta(
-            normalized_prompt_logprobs, input_token_logprobs, output_token_logprobs, greedy_logprob_matrix=matrix
-        )
-        return ChoicesDecision(choices[remaining[0]], meta)
+        return remaining[0], {"greedy_logprob_matrix": matrix}
 
     @staticmethod
     def _padded_row(entries: list, width: int) -> list:
@@ -123,29 +107,12 @@ class UnconditionalLikelihoodNormalized(ChoicesSamplingMethod):
 
     requires_unconditional_logprobs = True
 
-    def __call__(
-        self,
-        *,
-        choices,
-        normalized_prompt_logprobs,
-        input_token_logprobs,
-        output_token_logprobs,
-        unconditional_token_logprobs=None,
-    ) -> ChoicesDecision:
-        if unconditional_token_logprobs is None:
+    def _pick(self, choices: list, normalized: list, inputs: list, unconditional: Optional[list]) -> tuple[int, dict]:
+        if unconditional is None:
             raise ValueError("unconditional_likelihood_normalized needs unconditional token logprobs")
-        scores = [
-            self._score(inputs, unconditional)
-            for inputs, unconditional in zip(input_token_logprobs, unconditional_token_logprobs)
-        ]
-        meta = self._meta(
-            normalized_prompt_logprobs,
-            input_token_logprobs,
-            output_token_logprobs,
-            unconditional_token_logprobs=unconditional_token_logprobs,
-            normalized_unconditional_prompt_logprobs=scores,
-        )
-        return ChoicesDecision(choices[_first_argmax(scores)], meta)
+        scores = [self._score(entries, uncond) for entries, uncond in zip(inputs, unconditional)]
+        extra = {"unconditional_token_logprobs": unconditional, "normalized_unconditional_prompt_logprobs": scores}
+        return _first_argmax(scores), extra
 
     @staticmethod
     def _score(inputs: list, unconditional: list) -> float:

@@ -8,18 +8,13 @@ import re
 
 import jsonschema
 import pytest
-from engine_fixtures import checkpoint, random_prompts
+from engine_fixtures import PERSON_SCHEMA as SCHEMA
+from engine_fixtures import checkpoint, engine_4k, random_prompts, recorded_extend_lens
 
 from sgl_runtime.engine import Engine
 from sgl_runtime.sampling_params import InvalidRequestError
 
 REGEX = r"(yes|no|maybe) [0-9]{2,4}\.[a-z]{1,6}"
-SCHEMA = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}, "ok": {"type": "boolean"}},
-    "required": ["name", "age", "ok"],
-    "additionalProperties": False,
-}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +24,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(model_path):
-    return Engine(model_path, device="cpu", max_total_tokens=4096)
+    return engine_4k(model_path)
 
 
 def _prompts(n: int) -> list[list[int]]:
@@ -46,9 +41,7 @@ def test_regex_outputs_match_at_temperature_1(engine):
 
 @pytest.mark.parametrize("jump_forward", [True, False])
 def test_json_schema_outputs_validate_and_jump_forward_saves_passes(model_path, engine, jump_forward):
-    target = (
-        engine if jump_forward else Engine(model_path, device="cpu", max_total_tokens=4096, disable_jump_forward=True)
-    )
+    target = engine if jump_forward else engine_4k(model_path, disable_jump_forward=True)
     params = [
         {"json_schema": json.dumps(SCHEMA), "temperature": 1.0, "max_new_tokens": 80, "seed": i} for i in range(6)
     ]
@@ -114,21 +107,12 @@ def test_deferred_jump_forward_keeps_decode_steps_single_token(model_path, engin
     the CUDA-graph path) and run together as an extend; greedy output equals the mixed-batch schedule."""
     params = {"json_schema": json.dumps(SCHEMA), "temperature": 0, "max_new_tokens": 60}
     prompts = random_prompts([4, 9, 6, 12, 3, 8, 5, 7], seed=44)
-    mixed = Engine(model_path, device="cpu", max_total_tokens=4096, defer_jump_forward=False)
+    mixed = engine_4k(model_path, defer_jump_forward=False)
     expected = [r["output_ids"] for r in mixed.generate(input_ids=prompts, sampling_params=params)]
     scheduler = engine.scheduler
     assert scheduler.decode.defer_jump_forward
-    real_forward, kinds = scheduler.model_runner.forward, []
-
-    def recording(forward_batch):
-        kinds.append(set(forward_batch.extend_seq_lens_cpu))
-        return real_forward(forward_batch)
-
-    scheduler.model_runner.forward = recording
-    try:
+    with recorded_extend_lens(engine) as kinds:
         results = engine.generate(input_ids=prompts, sampling_params=params)
-    finally:
-        scheduler.model_runner.forward = real_forward
     assert [r["output_ids"] for r in results] == expected
     decode_steps = [k for k in kinds if 1 in k]
     assert decode_steps and all(k == {1} for k in decode_steps)  # never a 1-token row beside a k-token one

@@ -8,16 +8,8 @@ import json
 
 import jsonschema
 import pytest
-from engine_fixtures import checkpoint, random_prompts
-
-from sgl_runtime.engine import Engine
-
-SCHEMA = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}, "ok": {"type": "boolean"}},
-    "required": ["name", "age", "ok"],
-    "additionalProperties": False,
-}
+from engine_fixtures import PERSON_SCHEMA as SCHEMA
+from engine_fixtures import checkpoint, engine_4k, random_prompts, recorded_extend_lens
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +19,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(model_path):
-    return Engine(model_path, device="cpu", max_total_tokens=4096)
+    return engine_4k(model_path)
 
 
 def _params() -> list[dict]:
@@ -45,7 +37,7 @@ def _params() -> list[dict]:
 
 def test_device_table_masks_equal_host_masks(model_path, engine):
     prompts = random_prompts([4, 9, 6, 12, 3, 8, 5], seed=51)
-    host = Engine(model_path, device="cpu", max_total_tokens=4096, constraint_mask_table_mb=0)
+    host = engine_4k(model_path, constraint_mask_table_mb=0)
     expected = host.generate(input_ids=prompts, sampling_params=_params())
     assert host.scheduler.sampler.mask_table(engine.scheduler.model_runner.device, 8) is None
     host.shutdown()
@@ -65,16 +57,9 @@ def test_forced_text_mixed_into_the_decode_step(model_path, engine):
     prompts = random_prompts([4, 9, 6, 12, 3, 8], seed=52)
     assert not engine.scheduler.decode.mixes_jump_forward(6)
     expected = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=params)]
-    mixed = Engine(model_path, device="cpu", max_total_tokens=4096, mix_jump_forward_min_batch=4)
-    scheduler = mixed.scheduler
-    real_forward, kinds = scheduler.model_runner.forward, []
-
-    def recording(forward_batch):
-        kinds.append(set(forward_batch.extend_seq_lens_cpu))
-        return real_forward(forward_batch)
-
-    scheduler.model_runner.forward = recording
-    results = mixed.generate(input_ids=prompts, sampling_params=params)
+    mixed = engine_4k(model_path, mix_jump_forward_min_batch=4)
+    with recorded_extend_lens(mixed) as kinds:
+        results = mixed.generate(input_ids=prompts, sampling_params=params)
     mixed.shutdown()
     assert [r["output_ids"] for r in results] == expected
     assert any(1 in k and max(k) > 1 for k in kinds[1:])  # a mixed step: decoding and forced rows together
@@ -89,12 +74,12 @@ def test_cuda_device_table_and_mixed_steps(model_path):
     prompts = random_prompts([4, 9, 6, 12, 3, 8, 5], seed=53)
     outputs = {}
     for mb in (256, 0):
-        engine = Engine(model_path, device="cuda", max_total_tokens=4096, constraint_mask_table_mb=mb)
+        engine = engine_4k(model_path, "cuda", constraint_mask_table_mb=mb)
         outputs[mb] = [r["output_ids"] for r in engine.generate(input_ids=prompts, sampling_params=_params())]
         engine.shutdown()
     assert outputs[256] == outputs[0]
     params = {"json_schema": json.dumps(SCHEMA), "temperature": 0, "max_new_tokens": 60}
-    mixed = Engine(model_path, device="cuda", max_total_tokens=4096, mix_jump_forward_min_batch=4)
+    mixed = engine_4k(model_path, "cuda", mix_jump_forward_min_batch=4)
     results = mixed.generate(input_ids=random_prompts([5] * 16, seed=54), sampling_params=params)
     mixed.shutdown()
     for r in results:

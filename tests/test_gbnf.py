@@ -10,6 +10,7 @@ import re
 import lark
 import numpy as np
 import pytest
+from tiny_vocab import JSON_TOKENS, make_vocab, mask_bits
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
@@ -23,7 +24,7 @@ from sgl_runtime.constrained.grammar.source import (
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 ALPHABET = ["a", "b", "-", "0", "9", "\n", '"', "\\", "é", "☃"]
-VOCAB = Vocabulary([t.encode() for t in ALPHABET] + [None], [len(ALPHABET)])
+VOCAB = make_vocab(ALPHABET)
 
 # (GBNF, an equivalent Python regex): each GBNF feature once, checked on every short string.
 REGULAR = [
@@ -86,7 +87,7 @@ def test_masks_follow_a_recursive_grammar_exactly():
     m = c.matcher()
     for tok in [0, 3]:  # "(" then "(()": depth 2
         m.advance(tok)
-    flags = np.unpackbits(m.bitmask().view(np.uint8), bitorder="little")[:5]
+    flags = mask_bits(m.bitmask(), 5)
     assert flags.tolist() == [1, 1, 1, 1, 0]  # no EOS while parentheses are open
 
 
@@ -135,38 +136,7 @@ def test_syntax_detection_and_forcing():
 # ---- shipped grammars: the same masks as the lark forms -------------------------------------
 
 TINY = {
-    "json": [
-        "{",
-        "}",
-        "[",
-        "]",
-        '"',
-        "a",
-        '"a"',
-        ":",
-        ",",
-        "1",
-        "12",
-        "1.",
-        ".5",
-        " ",
-        "true",
-        "tr",
-        "ue",
-        "x",
-        '"a":1}',
-        "}]",
-        "\n",
-        "e3",
-        "-",
-        "0",
-        "\\",
-        'n"',
-        "é",
-        ' "',
-        "\t\t",
-        "null",
-    ],
+    "json": JSON_TOKENS + ["é", ' "', "\t\t", "null"],
     "arithmetic": [
         "1",
         "12",
@@ -202,11 +172,11 @@ def walk_and_compare(a, b, vocab_size: int, eos: int, walks: int, steps: int, se
         for step in range(steps):
             x, y = ma.bitmask(), mb.bitmask()
             if not np.array_equal(x, y):
-                fx, fy = (np.unpackbits(m.view(np.uint8), bitorder="little")[:vocab_size] for m in (x, y))
+                fx, fy = (mask_bits(m, vocab_size) for m in (x, y))
                 diff = [(a.vocabulary.token_bytes[i], int(fx[i])) for i in np.flatnonzero(fx != fy)[:5]]
                 raise AssertionError(f"masks differ after {text!r}: (token, allowed by lark) {diff}")
             compared += 1
-            ids = np.flatnonzero(np.unpackbits(x.view(np.uint8), bitorder="little")[:vocab_size])
+            ids = np.flatnonzero(mask_bits(x, vocab_size))
             if not ids.size:
                 break
             tok = pick(ids, step, rng) if pick else int(rng.choice(ids.tolist()))
@@ -225,7 +195,7 @@ def test_shipped_gbnf_grammars_are_listed():
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_same_masks_as_lark_on_a_tiny_vocabulary(name):
     tokens = TINY[name]
-    vocab = Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)])
+    vocab = make_vocab(tokens)
     lark_form = compile_grammar(name, vocab, warmup_s=0)
     gbnf_form = compile_grammar(f"{name}.gbnf", vocab, warmup_s=0)
     assert walk_and_compare(lark_form, gbnf_form, len(tokens) + 1, len(tokens), walks=150, steps=14, seed=0) > 1000
@@ -235,7 +205,7 @@ def test_same_masks_as_lark_on_a_tiny_vocabulary(name):
 def test_gbnf_sentences_parse_with_lark(name):
     """Finished random walks of the GBNF form are sentences of the .lark grammar."""
     tokens = TINY[name]
-    vocab = Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)])
+    vocab = make_vocab(tokens)
     c = compile_grammar(f"{name}.gbnf", vocab, warmup_s=0)
     parser = lark.Lark((GRAMMAR_DIR / f"{name}.lark").read_text(), parser="lalr")
     own = build_parser(f"{name}.gbnf")
@@ -243,7 +213,7 @@ def test_gbnf_sentences_parse_with_lark(name):
     for _ in range(200):
         m, text = c.matcher(), ""
         for _ in range(30):
-            ids = np.flatnonzero(np.unpackbits(m.bitmask().view(np.uint8), bitorder="little")[: len(tokens) + 1])
+            ids = np.flatnonzero(mask_bits(m.bitmask(), len(tokens) + 1))
             if len(tokens) in ids and (rng.random() < 0.3 or len(ids) == 1):
                 break
             tok = int(rng.choice([i for i in ids.tolist() if i != len(tokens)]))

@@ -11,52 +11,19 @@ import subprocess
 import sys
 
 import lark
-import numpy as np
 import pytest
 from grammar_oracle import lark_parses, lark_viable
+from tiny_vocab import JSON_TOKENS, make_vocab, mask_bits
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
 from sgl_runtime.constrained.grammar.source import GRAMMAR_DIR, shipped_grammar_names
-from sgl_runtime.constrained.vocabulary import Vocabulary
 
-JSON_TOKENS = [
-    "{",
-    "}",
-    "[",
-    "]",
-    '"',
-    "a",
-    '"a"',
-    ":",
-    ",",
-    "1",
-    "12",
-    "1.",
-    ".5",
-    " ",
-    "true",
-    "tr",
-    "ue",
-    "x",
-    '"a":1}',
-    "}]",
-    "\n",
-    "e3",
-    "-",
-    "0",
-    "\\",
-    'n"',
-]
 EOS = len(JSON_TOKENS)
 
 
-def make_vocab(tokens: list[str]) -> Vocabulary:
-    return Vocabulary([t.encode() for t in tokens] + [None], [len(tokens)])
-
-
 def allowed_strings(matcher, tokens: list[str]) -> set[str]:
-    bits = np.unpackbits(matcher.bitmask().view(np.uint8), bitorder="little")
+    bits = mask_bits(matcher.bitmask())
     out = {tokens[i] for i in range(len(tokens)) if bits[i]}
     if bits[len(tokens)]:
         out.add("<eos>")

@@ -5,12 +5,11 @@ with jump-forward and logprobs; and sharded loading puts exactly each rank's par
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from engine_fixtures import random_prompts
 from model_fixtures import make_tiny_checkpoint
+from tp_harness import assert_cache_hits_and_jump_forward, assert_logprobs_match, assert_tokens_equal, runs_by_tp
 
 from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.engine import Engine
@@ -18,9 +17,6 @@ from sgl_runtime.model_loader.loader import load_model
 
 # name -> overrides of the tiny recipe; the Qwen2 one has fewer KV heads than ranks.
 ARCHS = {"llama3": {}, "qwen2": {"num_key_value_heads": 1}, "qwen3": {}}
-REGEX = r"(yes|no), because [a-z]{2,6}\."
-GREEDY = {"max_new_tokens": 6, "temperature": 0}
-LOGPROB_ATOL = 1e-4
 
 
 def _workload() -> tuple[list[list[int]], list[list[int]]]:
@@ -31,49 +27,22 @@ def _workload() -> tuple[list[list[int]], list[list[int]]]:
     return first, [p + t for p, t in zip(first, tails)]
 
 
-def _run(path: str, tp_size: int) -> dict:
-    first, second = _workload()
-    with Engine(path, device="cpu", tp_size=tp_size, max_total_tokens=4096, chunked_prefill_size=16) as engine:
-        out = {"first": engine.generate(input_ids=first, sampling_params=GREEDY)}
-        params = [dict(GREEDY)] * 6 + [{"max_new_tokens": 16, "temperature": 0, "regex": REGEX}] * 2
-        out["second"] = engine.generate(input_ids=second, sampling_params=params)
-        out["logprobs"] = engine.generate(
-            input_ids=first[:2], sampling_params=GREEDY, return_logprob=True, logprob_start_len=0, top_logprobs_num=3
-        )
-    return out
-
-
 @pytest.fixture(scope="module", params=list(ARCHS))
 def runs(request, tmp_path_factory) -> dict[int, dict]:
     path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(f"tp-{request.param}"), **ARCHS[request.param])
-    return {tp: _run(path, tp) for tp in (1, 2)}
+    return runs_by_tp(path, *_workload())
 
 
 def test_tp2_greedy_tokens_equal_tp1(runs):
-    for round_ in ("first", "second", "logprobs"):
-        assert [r["output_ids"] for r in runs[2][round_]] == [r["output_ids"] for r in runs[1][round_]], round_
+    assert_tokens_equal(runs)
 
 
 def test_the_workload_hits_the_cache_and_jumps_forward(runs):
-    for tp in (1, 2):
-        second = runs[tp]["second"]
-        assert all(r["meta_info"]["cached_tokens"] > 0 for r in second), tp
-        for constrained in second[6:]:
-            assert re.fullmatch(REGEX, constrained["text"]), constrained["text"]
-            meta = constrained["meta_info"]
-            assert meta["forward_passes"] < meta["completion_tokens"], meta  # ", because " was jumped over
+    assert_cache_hits_and_jump_forward(runs)
 
 
 def test_tp2_logprobs_match_tp1_in_fp32(runs):
-    for ours, ref in zip(runs[2]["logprobs"], runs[1]["logprobs"]):
-        for key in ("input_token_logprobs", "output_token_logprobs"):
-            got = [e[0] for e in ours["meta_info"][key] if e[0] is not None]
-            want = [e[0] for e in ref["meta_info"][key] if e[0] is not None]
-            assert len(got) == len(want) > 0
-            torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=LOGPROB_ATOL, rtol=0)
-        top = [[e[0] for e in t] for t in ours["meta_info"]["output_top_logprobs"]]
-        top_ref = [[e[0] for e in t] for t in ref["meta_info"]["output_top_logprobs"]]
-        torch.testing.assert_close(torch.tensor(top), torch.tensor(top_ref), atol=LOGPROB_ATOL, rtol=0)
+    assert_logprobs_match(runs)
 
 
 @pytest.mark.parametrize("kv_heads,vocab", [(2, 151936), (1, 151937)])

@@ -7,13 +7,13 @@ and experts that do not split over the ranks fail start-up in one line."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import pytest
 import torch
 from engine_fixtures import checkpoint, random_prompts
 from model_fixtures import expert_shards
+from tp_harness import assert_cache_hits_and_jump_forward, assert_logprobs_match, assert_tokens_equal, runs_by_tp
 
 from sgl_runtime.distributed.parallel_state import TPGroup
 from sgl_runtime.engine import Engine
@@ -21,54 +21,28 @@ from sgl_runtime.kernels.fused_moe import fused_experts_torch
 from sgl_runtime.layers.moe import select_experts
 from sgl_runtime.model_loader.loader import load_model
 
-REGEX = r"(yes|no), because [a-z]{2,6}\."
-GREEDY = {"max_new_tokens": 6, "temperature": 0}
-LOGPROB_ATOL = 1e-4
 ARCHS = ("qwen3_moe", "mixtral")
 HIDDEN, EXPERT_I = 64, 32  # both tiny recipes' hidden size and expert intermediate size
 
 
-def _run(path: str, tp_size: int) -> dict:
+def _workload() -> tuple[list[list[int]], list[list[int]]]:
     first = random_prompts([33, 9, 21, 5, 14, 7], seed=11)
-    second = [p + t for p, t in zip(first, random_prompts([3, 5, 2, 4, 6, 1], seed=12))]
-    params = [dict(GREEDY)] * 4 + [{"max_new_tokens": 16, "temperature": 0, "regex": REGEX}] * 2
-    with Engine(path, device="cpu", tp_size=tp_size, max_total_tokens=4096, chunked_prefill_size=16) as engine:
-        out = {"first": engine.generate(input_ids=first, sampling_params=GREEDY)}
-        out["second"] = engine.generate(input_ids=second, sampling_params=params)
-        out["logprobs"] = engine.generate(
-            input_ids=first[:2], sampling_params=GREEDY, return_logprob=True, logprob_start_len=0, top_logprobs_num=3
-        )
-    return out
+    return first, [p + t for p, t in zip(first, random_prompts([3, 5, 2, 4, 6, 1], seed=12))]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
 def runs(request, tmp_path_factory) -> dict[int, dict]:
     path = checkpoint(tmp_path_factory, request.param)
-    return {tp: _run(path, tp) for tp in (1, 2)}
+    return runs_by_tp(path, *_workload())
 
 
 def test_moe_tp2_greedy_tokens_equal_tp1(runs):
-    for round_ in ("first", "second", "logprobs"):
-        assert [r["output_ids"] for r in runs[2][round_]] == [r["output_ids"] for r in runs[1][round_]], round_
-    for tp in (1, 2):
-        second = runs[tp]["second"]
-        assert all(r["meta_info"]["cached_tokens"] > 0 for r in second), tp
-        for constrained in second[4:]:
-            assert re.fullmatch(REGEX, constrained["text"]), constrained["text"]
-            meta = constrained["meta_info"]
-            assert meta["forward_passes"] < meta["completion_tokens"], meta  # ", because " was jumped over
+    assert_tokens_equal(runs)
+    assert_cache_hits_and_jump_forward(runs)
 
 
 def test_moe_tp2_logprobs_match_tp1_in_fp32(runs):
-    for ours, ref in zip(runs[2]["logprobs"], runs[1]["logprobs"]):
-        for key in ("input_token_logprobs", "output_token_logprobs"):
-            got = [e[0] for e in ours["meta_info"][key] if e[0] is not None]
-            want = [e[0] for e in ref["meta_info"][key] if e[0] is not None]
-            assert len(got) == len(want) > 0
-            torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=LOGPROB_ATOL, rtol=0)
-        top = [[e[0] for e in t] for t in ours["meta_info"]["output_top_logprobs"]]
-        top_ref = [[e[0] for e in t] for t in ref["meta_info"]["output_top_logprobs"]]
-        torch.testing.assert_close(torch.tensor(top), torch.tensor(top_ref), atol=LOGPROB_ATOL, rtol=0)
+    assert_logprobs_match(runs)
 
 
 @pytest.mark.parametrize("tp_size", [2, 4])

@@ -18,8 +18,10 @@ import math
 
 import torch
 
+from sgl_runtime.kernels import attention_tiles as tiles
 from sgl_runtime.kernels._triton import jit, next_power_of_2
-from sgl_runtime.kernels.decode_attention import LOG2E, MAX_SPLITS, PREFIX_SPLITS, DecodeWorkspace
+from sgl_runtime.kernels.attention_tiles import LOG2E, check_kv_operands
+from sgl_runtime.kernels.decode_attention import MAX_SPLITS, PREFIX_SPLITS, DecodeWorkspace
 
 BLOCK_M = 64  # query rows (members x padded query heads of one KV head) per prefix program
 BLOCK_N = 64
@@ -126,6 +128,7 @@ def shared_prefix_attention(
     and log-sum-exp into the workspace's prefix columns (read by decode_attention's stage 2).
     chunk_prefix [C] (0: an unused chunk, its programs do nothing), chunk_members [C, MEMBERS] (batch
     indices, -1 unused). C is the grid size, so a CUDA graph may capture a fixed C and fill fewer."""
+    check_kv_operands(q, k_buffer, v_buffer, req_to_token)
     batch, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
     members = chunk_members.shape[1]
@@ -133,11 +136,9 @@ def shared_prefix_attention(
     assert members == members_per_chunk(heads, kv_heads), (members, heads, kv_heads)
     assert chunk_prefix.shape == (chunk_members.shape[0],) and chunk_members.is_contiguous()
     assert workspace.cascade and batch <= workspace.max_batch, "shared_prefix_attention needs a cascade workspace"
-    assert q.stride(2) == 1 and k_buffer.is_contiguous() and v_buffer.is_contiguous() and req_to_token.stride(1) == 1
     num_chunks = chunk_prefix.shape[0]
     if batch == 0 or num_chunks == 0:
         return
-    mid_out, mid_lse = workspace.mid_out, workspace.mid_lse
     _kernel()[(num_chunks, kv_heads, PREFIX_SPLITS)](
         q,
         k_buffer,
@@ -146,17 +147,13 @@ def shared_prefix_attention(
         req_pool_indices,
         chunk_prefix,
         chunk_members,
-        mid_out,
-        mid_lse,
+        workspace.mid_out,
+        workspace.mid_lse,
         scale * LOG2E,
         q.stride(0),
         q.stride(1),
         req_to_token.stride(0),
-        mid_out.stride(0),
-        mid_out.stride(1),
-        mid_out.stride(2),
-        mid_lse.stride(0),
-        mid_lse.stride(1),
+        *workspace.strides(),
         GROUP=heads // kv_heads,
         GROUP_PAD=group_pad,
         MEMBERS=members,
@@ -222,32 +219,24 @@ def _kernel():
         hi = tl.minimum(lo + split_len, prefix_len)
 
         offs_d = tl.arange(0, D)
-        offs_n = tl.arange(0, BLOCK_N)
         heads = kv_head * GROUP + g
         q_tile = tl.load(
             q + b[:, None] * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=valid[:, None], other=0.0
         )  # [BLOCK, D]
-        m_i = tl.full([BLOCK], -1.0e30, dtype=tl.float32)
-        l_i = tl.zeros([BLOCK], dtype=tl.float32)
-        acc = tl.zeros([BLOCK, D], dtype=tl.float32)
-        for start in range(lo, hi, BLOCK_N):
-            n = start + offs_n
-            n_valid = n < hi
-            slots = tl.load(req_to_token + row * stride_rt + n, mask=n_valid, other=0).to(tl.int64)
-            kv_off = slots[:, None] * (KV_HEADS * D) + kv_head * D + offs_d[None, :]
-            k_tile = tl.load(k_buffer + kv_off, mask=n_valid[:, None], other=0.0)  # [BLOCK_N, D]
-            qk = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale  # [BLOCK, BLOCK_N], log2 units
-            qk = tl.where(n_valid[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.exp2(qk - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v_tile = tl.load(v_buffer + kv_off, mask=n_valid[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
-            m_i = m_new
-        has_keys = hi > lo
-        lse = tl.where(has_keys, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out, lse = tiles.attend_range(
+            q_tile,
+            k_buffer,
+            v_buffer,
+            req_to_token + row * stride_rt,
+            lo,
+            hi,
+            kv_head,
+            qk_scale,
+            BLOCK,
+            KV_HEADS,
+            D,
+            BLOCK_N,
+        )  # [BLOCK, D], [BLOCK]
         column = FIRST_COLUMN + split
         tl.store(
             mid_out + b[:, None] * stride_mob + heads[:, None] * stride_moh + column * stride_mos + offs_d[None, :],

@@ -17,9 +17,10 @@ import functools
 
 import torch
 
+from sgl_runtime.kernels import attention_tiles as tiles
 from sgl_runtime.kernels._triton import jit, next_power_of_2
+from sgl_runtime.kernels.attention_tiles import LOG2E, check_kv_operands
 
-LOG2E = 1.4426950408889634
 MAX_SPLITS = 32
 PREFIX_SPLITS = 4  # workspace columns MAX_SPLITS .. MAX_SPLITS + PREFIX_SPLITS: a shared prefix's partials
 BLOCK_N = 64
@@ -62,6 +63,10 @@ class DecodeWorkspace:
         self.mid_out = torch.empty((max_batch, heads, columns, dim), dtype=torch.float32, device=device)
         self.mid_lse = torch.empty((max_batch, heads, columns), dtype=torch.float32, device=device)
 
+    def strides(self) -> tuple[int, int, int, int, int]:
+        """mid_out's (batch, head, column) strides and mid_lse's (batch, head) strides, as the kernels take them."""
+        return (*self.mid_out.stride()[:3], *self.mid_lse.stride()[:2])
+
 
 def decode_attention(
     q: torch.Tensor,
@@ -83,25 +88,18 @@ def decode_attention(
     block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them).
     kv_start [B] (cascade; needs a cascade workspace): request b's first kv_start[b] keys were
     attended by `shared_prefix_attention` into the prefix columns; stage 1 reads the rest."""
+    check_kv_operands(q, k_buffer, v_buffer, req_to_token, o)
     batch, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
-    assert o.shape == q.shape and q.stride(2) == 1 and o.stride(2) == 1, (q.shape, o.shape)
-    assert heads % kv_heads == 0, f"{heads} query heads are not a multiple of {kv_heads} KV heads"
-    assert dim & (dim - 1) == 0, f"head dim {dim} must be a power of two"
-    assert (
-        k_buffer.shape == v_buffer.shape
-        and k_buffer.shape[2] == dim
-        and k_buffer.is_contiguous()
-        and v_buffer.is_contiguous()
-    )
     assert req_pool_indices.shape == seq_lens.shape == (batch,), (req_pool_indices.shape, seq_lens.shape)
-    assert req_to_token.stride(1) == 1 and 1 <= num_splits <= MAX_SPLITS
+    assert 1 <= num_splits <= MAX_SPLITS, num_splits
     assert batch <= workspace.max_batch and (heads, dim) == (workspace.heads, workspace.dim), "workspace too small"
     assert kv_start is None or (workspace.cascade and kv_start.shape == (batch,)), "kv_start needs a cascade workspace"
     if batch == 0:
         return
     group = heads // kv_heads
     mid_out, mid_lse = workspace.mid_out, workspace.mid_lse
+    strides = workspace.strides()
     stage1, stage2 = _kernels()
     stage1[(batch, kv_heads, num_splits)](
         q,
@@ -118,11 +116,7 @@ def decode_attention(
         q.stride(1),
         req_to_token.stride(0),
         num_splits,
-        mid_out.stride(0),
-        mid_out.stride(1),
-        mid_out.stride(2),
-        mid_lse.stride(0),
-        mid_lse.stride(1),
+        *strides,
         GROUP=group,
         GROUP_PAD=max(16, next_power_of_2(group)),
         KV_HEADS=kv_heads,
@@ -138,11 +132,7 @@ def decode_attention(
         o,
         seq_lens if kv_start is None else kv_start,
         num_splits,
-        mid_out.stride(0),
-        mid_out.stride(1),
-        mid_out.stride(2),
-        mid_lse.stride(0),
-        mid_lse.stride(1),
+        *strides,
         o.stride(0),
         o.stride(1),
         D=dim,
@@ -203,7 +193,6 @@ def _kernels():
 
         offs_g = tl.arange(0, GROUP_PAD)
         offs_d = tl.arange(0, D)
-        offs_n = tl.arange(0, BLOCK_N)
         heads = kv_head * GROUP + offs_g
         g_valid = offs_g < GROUP
         q_tile = tl.load(
@@ -211,27 +200,20 @@ def _kernels():
             mask=g_valid[:, None],
             other=0.0,
         )  # [GROUP_PAD, D]
-        m_i = tl.full([GROUP_PAD], -1.0e30, dtype=tl.float32)
-        l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-        acc = tl.zeros([GROUP_PAD, D], dtype=tl.float32)
-        for start in range(lo, hi, BLOCK_N):
-            n = start + offs_n
-            n_valid = n < hi
-            slots = tl.load(req_to_token + row * stride_rt + n, mask=n_valid, other=0).to(tl.int64)
-            kv_off = slots[:, None] * (KV_HEADS * D) + kv_head * D + offs_d[None, :]
-            k_tile = tl.load(k_buffer + kv_off, mask=n_valid[:, None], other=0.0)  # [BLOCK_N, D]
-            qk = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 units
-            qk = tl.where(n_valid[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.exp2(qk - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v_tile = tl.load(v_buffer + kv_off, mask=n_valid[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
-            m_i = m_new
-        has_keys = hi > lo
-        lse = tl.where(has_keys, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out, lse = tiles.attend_range(
+            q_tile,
+            k_buffer,
+            v_buffer,
+            req_to_token + row * stride_rt,
+            lo,
+            hi,
+            kv_head,
+            qk_scale,
+            GROUP_PAD,
+            KV_HEADS,
+            D,
+            BLOCK_N,
+        )  # [GROUP_PAD, D], [GROUP_PAD]
         base = b.to(tl.int64) * stride_mob + split * stride_mos
         tl.store(mid_out + base + heads[:, None] * stride_moh + offs_d[None, :], out, mask=g_valid[:, None])
         tl.store(mid_lse + b.to(tl.int64) * stride_mlb + heads * stride_mlh + split, lse, mask=g_valid)

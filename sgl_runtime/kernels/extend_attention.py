@@ -15,9 +15,9 @@ import math
 import torch
 from torch.nn import functional as F
 
+from sgl_runtime.kernels import attention_tiles as tiles
 from sgl_runtime.kernels._triton import jit
-
-LOG2E = 1.4426950408889634
+from sgl_runtime.kernels.attention_tiles import LOG2E, check_kv_operands
 
 
 def extend_attention_torch(
@@ -66,7 +66,7 @@ def extend_attention(
     num_tokens, heads, dim = q.shape
     kv_heads = k_buffer.shape[1]
     batch = req_pool_indices.shape[0]
-    _check(q, o, k_buffer, v_buffer, req_to_token, heads, kv_heads, dim)
+    check_kv_operands(q, k_buffer, v_buffer, req_to_token, o)
     assert seq_lens.shape == extend_lens.shape == extend_start_loc.shape == (batch,)
     if num_tokens == 0 or batch == 0:
         return
@@ -96,16 +96,6 @@ def extend_attention(
         num_warps=warps,
         num_stages=stages,
     )
-
-
-def _check(q, o, k_buffer, v_buffer, req_to_token, heads, kv_heads, dim) -> None:
-    assert q.dim() == 3 and o.shape == q.shape, (q.shape, o.shape)
-    assert heads % kv_heads == 0, f"{heads} query heads are not a multiple of {kv_heads} KV heads"
-    assert dim in (64, 128, 256) or dim & (dim - 1) == 0, f"head dim {dim} must be a power of two"
-    assert k_buffer.shape == v_buffer.shape and k_buffer.shape[2] == dim, (k_buffer.shape, q.shape)
-    assert k_buffer.is_contiguous() and v_buffer.is_contiguous(), "KV buffers must be contiguous"
-    assert q.stride(2) == 1 and o.stride(2) == 1, "head dim must be contiguous"
-    assert req_to_token.dim() == 2 and req_to_token.stride(1) == 1, req_to_token.shape
 
 
 def _config(dim: int) -> tuple[int, int, int, int]:
@@ -164,27 +154,30 @@ def _kernel():
         q_tile = tl.load(q_ptrs, mask=m_valid[:, None], other=0.0)  # [BLOCK_M, D]
         q_pos = prefix_len + offs_m  # absolute positions of the queries
 
-        m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+        m_i, l_i, acc = tiles.start_state(BLOCK_M, D)  # [BLOCK_M], [BLOCK_M], [BLOCK_M, D]
         kv_end = tl.minimum(seq_len, prefix_len + (block + 1) * BLOCK_M)
         for start in range(0, kv_end, BLOCK_N):
             n = start + offs_n
             n_valid = n < kv_end
-            slots = tl.load(req_to_token + row * stride_rt + n, mask=n_valid, other=0).to(tl.int64)
-            kv_off = slots[:, None] * (KV_HEADS * D) + kv_head * D + offs_d[None, :]
-            k_tile = tl.load(k_buffer + kv_off, mask=n_valid[:, None], other=0.0)  # [BLOCK_N, D]
-            qk = tl.dot(q_tile, tl.trans(k_tile)) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
-            visible = n_valid[None, :] & (n[None, :] <= q_pos[:, None])
-            qk = tl.where(visible, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.exp2(qk - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v_tile = tl.load(v_buffer + kv_off, mask=n_valid[:, None], other=0.0)  # [BLOCK_N, D]
-            acc = acc * alpha[:, None] + tl.dot(p.to(v_tile.dtype), v_tile)
-            m_i = m_new
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            visible = n_valid[None, :] & (n[None, :] <= q_pos[:, None])  # causal: [BLOCK_M, BLOCK_N]
+            m_i, l_i, acc = tiles.attend_block(
+                q_tile,
+                k_buffer,
+                v_buffer,
+                req_to_token + row * stride_rt,
+                n,
+                n_valid,
+                visible,
+                kv_head,
+                offs_d,
+                qk_scale,
+                m_i,
+                l_i,
+                acc,
+                KV_HEADS,
+                D,
+            )
+        out, _ = tiles.partial_result(m_i, l_i, acc, kv_end > 0)
         o_ptrs = o + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(o.dtype.element_ty), mask=m_valid[:, None])
 

@@ -30,62 +30,48 @@ class _SchedulerStatsCollector:
             yield CounterMetricFamily(f"{PREFIX}_{key}", f"Counter {key}", value=float(value))
 
 
+def _histogram(registry: CollectorRegistry, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(f"{PREFIX}_{name}", doc, buckets=buckets, registry=registry)
+
+
+def _counter(registry: CollectorRegistry, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+    return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._scheduler = _SchedulerStatsCollector()
         self.registry.register(self._scheduler)
         r = self.registry
-        self.e2e_latency = Histogram(
-            f"{PREFIX}_e2e_request_latency_seconds",
-            "Request latency from arrival to finish",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.e2e_latency = _histogram(
+            r, "e2e_request_latency_seconds", "Request latency from arrival to finish", LATENCY_BUCKETS
         )
-        self.time_to_first_token = Histogram(
-            f"{PREFIX}_time_to_first_token_seconds",
-            "Time to the first output token",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.time_to_first_token = _histogram(
+            r, "time_to_first_token_seconds", "Time to the first output token", LATENCY_BUCKETS
         )
-        self.inter_token_latency = Histogram(
-            f"{PREFIX}_inter_token_latency_seconds",
-            "Time between consecutive output tokens of a request",
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+        self.inter_token_latency = _histogram(
+            r, "inter_token_latency_seconds", "Time between consecutive output tokens of a request", TOKEN_BUCKETS
         )
-        self.time_per_output_token = Histogram(
-            f"{PREFIX}_time_per_output_token_seconds",
+        self.time_per_output_token = _histogram(
+            r,
+            "time_per_output_token_seconds",
             "Decode time per output token of a finished request (after the first)",
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+            TOKEN_BUCKETS,
         )
-        self.queue_time = Histogram(
-            f"{PREFIX}_queue_time_seconds",
-            "Time a request waited in the scheduler before its first prefill",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.queue_time = _histogram(
+            r, "queue_time_seconds", "Time a request waited in the scheduler before its first prefill", LATENCY_BUCKETS
         )
-        self.aborted = Counter(
-            f"{PREFIX}_aborted_requests",
-            "Requests that ended aborted (client gone, timeout, error, shutdown)",
-            registry=r,
+        self.aborted = _counter(
+            r, "aborted_requests", "Requests that ended aborted (client gone, timeout, error, shutdown)"
         )
-        self.jump_forward_tokens = Counter(
-            f"{PREFIX}_jump_forward_tokens",
-            "Output tokens forced by a constraint (no forward pass of their own)",
-            registry=r,
+        self.jump_forward_tokens = _counter(
+            r, "jump_forward_tokens", "Output tokens forced by a constraint (no forward pass of their own)"
         )
-        self.requests = Counter(
-            f"{PREFIX}_requests", "Finished requests by finish reason", ["finish_reason"], registry=r
-        )
-        self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens of finished requests", registry=r)
-        self.generation_tokens = Counter(
-            f"{PREFIX}_generation_tokens", "Generated tokens of finished requests", registry=r
-        )
-        self.cached_tokens = Counter(
-            f"{PREFIX}_cached_tokens", "Prompt tokens served from the prefix cache", registry=r
-        )
+        self.requests = _counter(r, "requests", "Finished requests by finish reason", ("finish_reason",))
+        self.prompt_tokens = _counter(r, "prompt_tokens", "Prompt tokens of finished requests")
+        self.generation_tokens = _counter(r, "generation_tokens", "Generated tokens of finished requests")
+        self.cached_tokens = _counter(r, "cached_tokens", "Prompt tokens served from the prefix cache")
 
     def observe(self, state, first_output: bool) -> None:
         """Record a request update (called by the TokenizerManager on every output)."""
