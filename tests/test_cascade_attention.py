@@ -126,6 +126,9 @@ def test_planner_tensors_and_graph_capacity():
     planner.fill(None, 8, 16)
     assert static.kv_start.tolist() == [0] * 16 and static.chunk_prefix.tolist() == [0, 0]
     assert (static.chunk_members == -1).all()
+    # graphs past max_batch (the flattened-extend sizes of the ladder) capture no cascade: the backend asks first
+    with pytest.raises(ValueError, match="a graph of 128 rows exceeds the cascade buffers' 64"):
+        planner.static(128)
 
 
 def _node(cache: RadixCache, tokens: list[int]):
@@ -240,3 +243,15 @@ def test_planner_remembers_groups_until_a_split_changes_a_path():
     assert planner.groups(nodes) == [(80, [0, 1])]  # recomputed over the new paths, same sharing
     assert planner.groups(nodes + [_node(cache, system[:50] + [7])]) == [(50, [0, 1, 2])]  # 50 x 2 > 80 x 1
     assert planner.groups(nodes[:1]) == []
+
+
+def test_graphs_capture_cascade_only_within_the_static_buffers():
+    """The graph ladder goes past the largest decode batch (to twice it, for flattened extends); those
+    larger graphs capture no cascade launch instead of overrunning the static buffers (small KV pools)."""
+    from types import SimpleNamespace
+
+    from sgl_runtime.layers.attention.triton_backend import TritonAttentionBackend
+
+    pools = SimpleNamespace(head_num=2, device="cpu"), SimpleNamespace(size=22)  # max_running_requests 20
+    backend = TritonAttentionBackend(*pools, num_heads=4, cascade=True)
+    assert [backend._graph_cascade(rows) for rows in (8, 16, 22, 24, 84)] == [False, True, True, False, False]

@@ -58,6 +58,8 @@ class CascadePlanner:
 
     def static(self, batch_size: int) -> CascadeTensors:
         """Views of the static buffers for a graph of `batch_size` rows (captured kernels read them)."""
+        if batch_size > self.max_batch:
+            raise ValueError(f"a graph of {batch_size} rows exceeds the cascade buffers' {self.max_batch}")
         buffer = self._static_buffer()
         kv_start = buffer[:batch_size]
         chunks = graph_chunks_for(batch_size)

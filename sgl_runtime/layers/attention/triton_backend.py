@@ -66,15 +66,21 @@ class TritonAttentionBackend(AttentionBackend):
             self.metadata = _Metadata(max_extend_len=max(forward_batch.extend_seq_lens_cpu, default=0))
 
     def init_graph_metadata(self, forward_batch: ForwardBatch) -> None:
-        """At capture (DECODE): fixed grids; cascade launches over the static buffers from GRAPH_MIN_BATCH rows."""
+        """At capture (DECODE): fixed grids; cascade launches over the static buffers for graphs of
+        GRAPH_MIN_BATCH rows up to max_batch (larger graphs serve only flattened extends: no cascade)."""
         bs = forward_batch.batch_size
-        cascade = self.planner.static(bs) if self.planner and bs >= GRAPH_MIN_BATCH else None
+        cascade = self.planner.static(bs) if self._graph_cascade(bs) else None
         self.metadata = _Metadata(num_splits=num_splits_for(bs, self.kv_pool.head_num, self.num_sms), cascade=cascade)
 
     def fill_graph_metadata(self, forward_batch: ForwardBatch, padded: int) -> None:
         """Before replaying the `padded`-row graph for this batch: its shared-prefix chunks into the static buffers."""
-        if self.planner and padded >= GRAPH_MIN_BATCH:
+        if self._graph_cascade(padded):
+            assert self.planner is not None
             self.planner.fill(forward_batch.shared_prefix_groups, forward_batch.batch_size, padded)
+
+    def _graph_cascade(self, rows: int) -> bool:
+        """Whether the graph of `rows` rows captures cascade launches (the static buffers hold max_batch rows)."""
+        return self.planner is not None and GRAPH_MIN_BATCH <= rows <= self.planner.max_batch
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch
