@@ -1,4 +1,4 @@
-"""Usage: python benchmarks/http_throughput.py [--model-config llama-3-8b] [--passes 2] [--client-procs 4] [--tiny]
+"""Usage: python benchmarks/http_throughput.py [--model-config llama-3-8b] [--passes 2] [--client-procs 4] [--skip-engine] [--tiny]
 
 The HTTP server against the in-process Engine on the same offline workload (offline_throughput.py's 256
 requests, input and output lengths uniform in [100, 1024], seed 0, ignore_eos, greedy, dummy weights):
@@ -40,6 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--passes", type=int, default=2, help="runs of the workload per mode (median reported)")
     parser.add_argument("--client-procs", type=int, default=4, help="client processes sharing the requests")
+    parser.add_argument("--skip-engine", action="store_true", help="only the HTTP server (no ratios)")
     args = parser.parse_args(argv)
     args.num_requests = args.num_requests or (6 if args.tiny else 256)
     args.len_range = (4, 16) if args.tiny else (100, 1024)
@@ -176,24 +177,26 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     model_dir = make_model_dir(args.model_config, args.tiny)
     result: dict = {"model_config": args.model_config, "tiny": args.tiny, "passes": args.passes, **environment()}
-    result.update(run_isolated(run_engine, not args.tiny, args, model_dir))
+    if not args.skip_engine:
+        result.update(run_isolated(run_engine, not args.tiny, args, model_dir))
     result.update(run_server(args, model_dir))
     for key in ("engine_output_tok_s", "http_output_tok_s", "http_stream_output_tok_s"):
-        result[f"{key}_median"] = statistics.median(result[key])
-    engine = result["engine_output_tok_s_median"]
-    result["http_vs_engine"] = result["http_output_tok_s_median"] / engine
-    result["http_stream_vs_engine"] = result["http_stream_output_tok_s_median"] / engine
-    report(
-        "http_throughput",
-        result,
-        [
-            ("Engine output tok/s", engine),
-            ("HTTP output tok/s", result["http_output_tok_s_median"]),
-            ("HTTP streaming output tok/s", result["http_stream_output_tok_s_median"]),
+        if key in result:
+            result[f"{key}_median"] = statistics.median(result[key])
+    rows = [
+        ("HTTP output tok/s", result["http_output_tok_s_median"]),
+        ("HTTP streaming output tok/s", result["http_stream_output_tok_s_median"]),
+    ]
+    if not args.skip_engine:
+        engine = result["engine_output_tok_s_median"]
+        result["http_vs_engine"] = result["http_output_tok_s_median"] / engine
+        result["http_stream_vs_engine"] = result["http_stream_output_tok_s_median"] / engine
+        rows = [("Engine output tok/s", engine), *rows]
+        rows += [
             ("HTTP / Engine", result["http_vs_engine"]),
             ("HTTP streaming / Engine", result["http_stream_vs_engine"]),
-        ],
-    )
+        ]
+    report("http_throughput", result, rows)
     return result
 
 
