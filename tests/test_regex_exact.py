@@ -106,6 +106,11 @@ def test_refusals_name_the_feature(pattern, feature):
         (r"a\b[ -]\B-", ["a -", "a--"], ["a-", "ab-", "a- "]),
         (r"(?i)Hello(?-i: World)", ["hELLO World"], ["hello world"]),
         (r"(?m)a$\n^b$\n?", ["a\nb", "a\nb\n"], ["ab"]),
+        # a lookahead ending in an end anchor, a lookbehind starting with a start anchor
+        (r"(?!\.$)(?!\.\.$)[.a]+", ["a", "...", "a."], [".", "..", ".\n"]),
+        (r"(?=.*b\Z)[ab\n]*", ["b", "ab"], ["b\n", "ba", "a\nb"]),
+        (r"(?m)(?!a$)[ab\n]+", ["ab", "aa"], ["a", "a\nb"]),
+        (r"[ab]*(?<=^a)b|[ab]*(?<!\Ab)a", ["ab", "aa", "a"], ["bb", "aab", "ba"]),
     ],
 )
 def test_known_regexes(pattern, yes, no):
