@@ -63,6 +63,11 @@ def length_content(lo: int, hi: int | None) -> Dfa:
 
 
 _COMMON_SPECIAL = frozenset('"\\\n\r\t')
+# a constrained string whose decoded-content automaton is this small spells every control character
+# (\\u0000-\\u001f, \\b, \\f) exactly; a larger one (maxLength 2048) only \\n, \\r and \\t, since each
+# \\u00xx escape costs five states per position (a valid value with another control character is
+# then rejected, never the reverse; under `not` and in other exact contexts every escape is kept)
+FULL_ESCAPES_UP_TO = 64
 
 
 def encode_content(content: Dfa, full_escapes: bool = True) -> Dfa:
@@ -182,7 +187,7 @@ def string_dfa(
     parts += [pattern_content(p) for p in patterns]
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
-    return encode_content(content, full_escapes or not parts)
+    return encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
 
 
 def literals_dfa(texts) -> Dfa:
