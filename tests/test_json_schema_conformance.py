@@ -11,7 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tests/data/json-schema-test-suite/draft2020-12"
-MIN_CORRECT = 1160  # reached 1167 of 1,299 (xgrammar 0.2.9: 888; llguidance 1.9.1: 584)
+MIN_CORRECT = 1170  # reached 1173 of 1,299 (xgrammar 0.2.9: 888; llguidance 1.9.1: 584)
+MAX_FALSE_REJECTS = 11  # 9 enforced formats (an annotation in the suite), 2 free-form values 4 deep
 
 
 def _runner():
@@ -37,6 +38,7 @@ def test_no_false_accepts_and_correct_floor(outcomes):
     assert false_accepts == []
     assert sum(counts.values()) == 1299
     assert counts["correct"] >= MIN_CORRECT, counts
+    assert counts["false_reject"] <= MAX_FALSE_REJECTS, counts
 
 
 def test_suite_labels_agree_with_jsonschema(outcomes):
@@ -48,7 +50,7 @@ def test_suite_labels_agree_with_jsonschema(outcomes):
             continue
         if jsonschema.Draft202012Validator(case["schema"]).is_valid(test["data"]) != test["valid"]:
             mismatches.append((name, case["description"], test["description"]))
-    assert {m[0] for m in mismatches} <= {"vocabulary.json"}, mismatches
+    assert {m[0] for m in mismatches} <= {"vocabulary.json"}, mismatches  # custom metaschemas are refused now
     assert len(mismatches) <= 1
 
 
