@@ -262,3 +262,7 @@ def test_schema_pattern_with_property_escape_is_exact():
         assert dfa.accepts(json.dumps(text, ensure_ascii=False)), text
     for text in ["", "R2D2", "a_b", "tab\tbed", "a\u0301"]:  # digits, `_`, a tab, a combining mark
         assert not dfa.accepts(json.dumps(text, ensure_ascii=False)), text
+    # ECMA-262 \S inside a class: every code point but the ECMA blanks (U+00A0 and U+FEFF among them)
+    dfa = schema_to_dfa({"type": "string", "pattern": r"^[\S ]+$"})
+    for text, ok in [("a b", True), ("日 本", True), ("a\tb", False), ("a\u00a0b", False), ("\ufeff", False)]:
+        assert dfa.accepts(json.dumps(text, ensure_ascii=False)) == ok, text

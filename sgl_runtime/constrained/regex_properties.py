@@ -92,12 +92,12 @@ def expand_properties(pattern: str) -> str:
                 raise ConstraintError(f"invalid Unicode property escape in {pattern!r} (expected \\p{{Name}})")
             ranges = property_ranges(pattern[i + 3 : close])
             if pattern[i + 1] == "P":
-                ranges = _complement(ranges)
+                ranges = complement_ranges(ranges)
             if in_class:
                 _check_not_range_endpoint(pattern, close, after_hyphen)
-                out.append(_class_body(ranges))
+                out.append(class_body(ranges))
             else:
-                out.append(f"[{_class_body(ranges)}]" if ranges else "(?!)")
+                out.append(f"[{class_body(ranges)}]" if ranges else "(?!)")
             i = close + 1
             continue
         after_hyphen = in_class and c == "-" and i > class_start
@@ -132,7 +132,7 @@ def property_ranges(name: str) -> Ranges:
             return ((0, 0x7F),)
         if name == "Any":
             return ((0, sys.maxunicode),)
-        return _complement(property_ranges("Cn"))
+        return complement_ranges(property_ranges("Cn"))
     category = _LONG_NAMES.get(name, name)
     if category in _LEAVES:
         return _category_table()[category]
@@ -142,6 +142,21 @@ def property_ranges(name: str) -> Ranges:
         f"unsupported Unicode property \\p{{{name}}}: not a General_Category value, Any, ASCII or Assigned "
         "(scripts and other properties cannot be computed exactly from Python's unicodedata)"
     )
+
+
+def complement_ranges(ranges: Ranges) -> Ranges:
+    gaps, prev = [], 0
+    for lo, hi in ranges:
+        if lo > prev:
+            gaps.append((prev, lo - 1))
+        prev = hi + 1
+    if prev <= sys.maxunicode:
+        gaps.append((prev, sys.maxunicode))
+    return tuple(gaps)
+
+
+def class_body(ranges: Ranges) -> str:
+    return "".join(_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges)
 
 
 # ---- private ----------------------------------------------------------------------------------
@@ -169,21 +184,6 @@ def _merge(ranges) -> Ranges:
         else:
             merged.append([lo, hi])
     return tuple((lo, hi) for lo, hi in merged)
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    gaps, prev = [], 0
-    for lo, hi in ranges:
-        if lo > prev:
-            gaps.append((prev, lo - 1))
-        prev = hi + 1
-    if prev <= sys.maxunicode:
-        gaps.append((prev, sys.maxunicode))
-    return tuple(gaps)
-
-
-def _class_body(ranges: Ranges) -> str:
-    return "".join(_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges)
 
 
 def _escape(cp: int) -> str:

@@ -24,6 +24,7 @@ from sgl_runtime.constrained.automata import (
 from sgl_runtime.constrained.automata_ops import intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
+from sgl_runtime.constrained.regex_properties import class_body, complement_ranges
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 SPECIAL = frozenset(_SHORT_ESCAPES) | frozenset(chr(i) for i in range(0x20))
@@ -33,6 +34,7 @@ _ECMA_SPACE = (
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 _ECMA_DOT = "[^\n\r\u2028\u2029]"
+_NOT_ECMA_SPACE = class_body(complement_ranges(tuple((ord(c), ord(c)) for c in sorted(_ECMA_SPACE))))
 
 
 def escape_char(c: str) -> str:
@@ -125,7 +127,7 @@ def pattern_content(pattern: str) -> Dfa:
 
 def _ecma_to_python(pattern: str) -> str:
     """Rewrites ECMA-262 syntax into the Python regex with the same meaning: `\\uXXXX`, `.`, `\\s`
-    and `\\S` (Unicode blanks), `$` (end of input only: `\\Z`), `\\B` (which, unlike Python's, also
+    and `\\S` (Unicode blanks, in and out of classes), `$` (end of input only: `\\Z`), `\\B` (which, unlike Python's, also
     holds in the empty string), named groups `(?<name>...)`."""
     out, in_class, i = [], False, 0
     while i < len(pattern):
@@ -141,9 +143,8 @@ def _ecma_to_python(pattern: str) -> str:
             elif nxt == "s":
                 out.append(re.escape(_ECMA_SPACE) if in_class else "[" + re.escape(_ECMA_SPACE) + "]")
             elif nxt == "S":
-                if in_class:
-                    raise ConstraintError("pattern: \\S inside a character class is not supported")
-                out.append("[^" + re.escape(_ECMA_SPACE) + "]")
+                # inside a class: the explicit ranges of every code point that is not an ECMA blank
+                out.append(_NOT_ECMA_SPACE if in_class else "[^" + re.escape(_ECMA_SPACE) + "]")
             elif nxt.isdigit() and nxt != "0":
                 raise ConstraintError("pattern: backreferences are not supported")
             else:
