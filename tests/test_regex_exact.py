@@ -111,6 +111,8 @@ def test_refusals_name_the_feature(pattern, feature):
         (r"(?=.*b\Z)[ab\n]*", ["b", "ab"], ["b\n", "ba", "a\nb"]),
         (r"(?m)(?!a$)[ab\n]+", ["ab", "aa"], ["a", "a\nb"]),
         (r"[ab]*(?<=^a)b|[ab]*(?<!\Ab)a", ["ab", "aa", "a"], ["bb", "aab", "ba"]),
+        (r"(?!^[0-9]+\Z)[a-z0-9]+", ["a1", "1a"], ["12", "7"]),  # a lookahead starting with ^
+        (r"(?m)[a1\n]*(?!^1)[a1\n]+", ["a1", "\n1"], ["1"]),
     ],
 )
 def test_known_regexes(pattern, yes, no):

@@ -5,7 +5,7 @@ Every construct is built exactly or refused with a `ConstraintError` naming it:
   flags `i`, `m`, `s`, `x`, `a` (lazy and greedy repeats accept the same strings under
   fullmatch: backtracking tries every split);
 - `^ $ \\A \\Z \\b \\B` and lookahead / lookbehind with assertion-free bodies (a lookahead may
-  end with `$`/`\\Z`, a lookbehind start with `^`/`\\A`) become guards: an
+  start with `^`/`\\A` and end with `$`/`\\Z`, a lookbehind start with `^`/`\\A`) become guards: an
   epsilon edge taken only when the text before the position is in a prefix language and the
   text after it in a suffix language (`regex_automaton` resolves them exactly);
 - possessive quantifiers and atomic groups: exact when the body is one character class
@@ -209,9 +209,19 @@ class RegexNfa:
         edge = _edge_anchor_language(body[-1:] if direction == 1 else body[:1], flags, direction)
         if edge is not None:
             body = body[:-1] if direction == 1 else body[1:]
+        # a lookahead may also start with `^`/`\\A` (`(?!^[0-9]+$)`): a condition on the text before
+        before = _edge_anchor_language(body[:1], flags, -1) if direction == 1 else None
+        if before is not None:
+            body = body[1:]
         dfa = self._subautomaton(body, flags)
         if direction == 1:
             language = concat(dfa, ANY_STRING if edge is None else edge)
+            if before is not None:  # holds where both hold; its negation where either fails
+                if positive:
+                    return self._guards([Guard(before, language)])
+                return self._guards(
+                    [Guard(difference(ANY_STRING, before), None), Guard(None, difference(ANY_STRING, language))]
+                )
             guard = Guard(None, language if positive else difference(ANY_STRING, language))
         else:
             language = concat(ANY_STRING if edge is None else edge, dfa)
