@@ -3,6 +3,7 @@ may be accepted, and the number of correctly decided instances must not regress.
 
 import importlib.util
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -44,12 +45,18 @@ def test_no_false_accepts_and_correct_floor(outcomes):
 def test_suite_labels_agree_with_jsonschema(outcomes):
     """Sanity: on every compiled case, jsonschema's verdict equals the suite's expected validity
     (except custom-metaschema $vocabulary cases, which jsonschema does not implement)."""
-    mismatches = []
+    mismatches, unverifiable = [], set()
     for name, case, outcome, test, _ in outcomes:
         if outcome == "unsupported":
             continue
-        if jsonschema.Draft202012Validator(case["schema"]).is_valid(test["data"]) != test["valid"]:
+        try:
+            verdict = jsonschema.Draft202012Validator(case["schema"]).is_valid(test["data"])
+        except re.error:  # \p{..} patterns: jsonschema checks `pattern` with Python's re, which has no \p
+            unverifiable.add(name)
+            continue
+        if verdict != test["valid"]:
             mismatches.append((name, case["description"], test["description"]))
+    assert unverifiable <= {"pattern.json", "patternProperties.json"}, unverifiable
     assert {m[0] for m in mismatches} <= {"vocabulary.json"}, mismatches  # custom metaschemas are refused now
     assert len(mismatches) <= 1
 
