@@ -3,6 +3,7 @@ may be accepted, and the number of correctly decided instances must not regress.
 
 import importlib.util
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tests/data/json-schema-test-suite/draft2020-12"
-MIN_CORRECT = 1160  # reached 1167 of 1,299 (xgrammar 0.2.9: 888; llguidance 1.9.1: 584)
+MIN_CORRECT = 1170  # reached 1173 of 1,299 (xgrammar 0.2.9: 888; llguidance 1.9.1: 584)
+MAX_FALSE_REJECTS = 11  # 9 enforced formats (an annotation in the suite), 2 free-form values 4 deep
 
 
 def _runner():
@@ -37,18 +39,25 @@ def test_no_false_accepts_and_correct_floor(outcomes):
     assert false_accepts == []
     assert sum(counts.values()) == 1299
     assert counts["correct"] >= MIN_CORRECT, counts
+    assert counts["false_reject"] <= MAX_FALSE_REJECTS, counts
 
 
 def test_suite_labels_agree_with_jsonschema(outcomes):
     """Sanity: on every compiled case, jsonschema's verdict equals the suite's expected validity
     (except custom-metaschema $vocabulary cases, which jsonschema does not implement)."""
-    mismatches = []
+    mismatches, unverifiable = [], set()
     for name, case, outcome, test, _ in outcomes:
         if outcome == "unsupported":
             continue
-        if jsonschema.Draft202012Validator(case["schema"]).is_valid(test["data"]) != test["valid"]:
+        try:
+            verdict = jsonschema.Draft202012Validator(case["schema"]).is_valid(test["data"])
+        except re.error:  # \p{..} patterns: jsonschema checks `pattern` with Python's re, which has no \p
+            unverifiable.add(name)
+            continue
+        if verdict != test["valid"]:
             mismatches.append((name, case["description"], test["description"]))
-    assert {m[0] for m in mismatches} <= {"vocabulary.json"}, mismatches
+    assert unverifiable <= {"pattern.json", "patternProperties.json"}, unverifiable
+    assert {m[0] for m in mismatches} <= {"vocabulary.json"}, mismatches  # custom metaschemas are refused now
     assert len(mismatches) <= 1
 
 

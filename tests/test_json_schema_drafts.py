@@ -134,8 +134,13 @@ def test_draft4_ids_and_anchors_resolve():
 
 
 def test_unknown_draft_and_draft4_integral_floats_are_refused():
-    with pytest.raises(ConstraintError, match=r"\$schema: unsupported draft"):
+    with pytest.raises(ConstraintError, match=r"\$schema: unsupported metaschema"):
         schema_to_dfa({"$schema": "http://json-schema.org/draft-03/schema#"})
+    # a custom metaschema whose URI merely contains a draft's name may drop vocabularies
+    with pytest.raises(ConstraintError, match=r"\$vocabulary"):
+        schema_to_dfa({"$schema": "http://localhost:1234/draft2020-12/metaschema-no-validation.json", "minimum": 1})
+    for uri in ("http://json-schema.org/draft-07/schema", "http://json-schema.org/draft-04/schema#"):
+        assert schema_to_dfa({"$schema": uri, "type": "boolean"}).accepts("true")
     with pytest.raises(ConstraintError, match="draft-04 does not count 1.0"):
         schema_to_dfa({"$schema": URIS["draft-04"], "type": "integer"}, integral_floats=True)
 

@@ -3,6 +3,7 @@ compiled JSON-Schema-Test-Suite schema (compact and with whitespace) must be val
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,11 @@ def test_sampled_instances_of_suite_schemas_are_valid(whitespace):
                     instance = load_exact(text)
                 except DuplicateKey:
                     continue
-                assert validator.is_valid(instance), (path.name, case["description"], text)
+                try:
+                    verdict = validator.is_valid(instance)
+                except re.error:  # a \p{..} pattern: jsonschema checks patterns with re, which has no \p
+                    assert path.name in ("pattern.json", "patternProperties.json"), path.name
+                    break
+                assert verdict, (path.name, case["description"], text)
                 checked += 1
     assert checked > (1000 if whitespace is None else 100)

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import re
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -105,6 +106,13 @@ def test_refusals_name_the_feature(pattern, feature):
         (r"a\b[ -]\B-", ["a -", "a--"], ["a-", "ab-", "a- "]),
         (r"(?i)Hello(?-i: World)", ["hELLO World"], ["hello world"]),
         (r"(?m)a$\n^b$\n?", ["a\nb", "a\nb\n"], ["ab"]),
+        # a lookahead ending in an end anchor, a lookbehind starting with a start anchor
+        (r"(?!\.$)(?!\.\.$)[.a]+", ["a", "...", "a."], [".", "..", ".\n"]),
+        (r"(?=.*b\Z)[ab\n]*", ["b", "ab"], ["b\n", "ba", "a\nb"]),
+        (r"(?m)(?!a$)[ab\n]+", ["ab", "aa"], ["a", "a\nb"]),
+        (r"[ab]*(?<=^a)b|[ab]*(?<!\Ab)a", ["ab", "aa", "a"], ["bb", "aab", "ba"]),
+        (r"(?!^[0-9]+\Z)[a-z0-9]+", ["a1", "1a"], ["12", "7"]),  # a lookahead starting with ^
+        (r"(?m)[a1\n]*(?!^1)[a1\n]+", ["a1", "\n1"], ["1"]),
     ],
 )
 def test_known_regexes(pattern, yes, no):
@@ -145,3 +153,118 @@ def test_json_schema_patterns_are_exact(pattern):
     dfa, validator = schema_to_dfa(schema), Draft202012Validator(schema)
     for text in PATTERN_TEXTS:
         assert dfa.accepts(json.dumps(text)) == validator.is_valid(text), (pattern, text)
+
+
+# ---- Unicode property escapes: the oracle substitutes each one by the members of a small
+# alphabet whose unicodedata category has the property (independent of the compiler's ranges) ----
+
+PROPERTY_ALPHABET = "aA1_ é日\u00a0-\u0663\u0301\n"
+PROPERTY_TEXTS = ["".join(t) for n in range(4) for t in itertools.product(PROPERTY_ALPHABET, repeat=n)]
+PROPERTIES = {  # escape body -> predicate on unicodedata.category
+    "L": lambda cat: cat[0] == "L",
+    "Lu": lambda cat: cat == "Lu",
+    "Letter": lambda cat: cat[0] == "L",
+    "Ll": lambda cat: cat == "Ll",
+    "gc=Lo": lambda cat: cat == "Lo",
+    "General_Category=Uppercase_Letter": lambda cat: cat == "Lu",
+    "N": lambda cat: cat[0] == "N",
+    "Nd": lambda cat: cat == "Nd",
+    "P": lambda cat: cat[0] == "P",
+    "Zs": lambda cat: cat == "Zs",
+    "M": lambda cat: cat[0] == "M",
+    "C": lambda cat: cat[0] == "C",
+}
+property_atoms = st.sampled_from(
+    [f"\\{p}{{{name}}}" for name in PROPERTIES for p in "pP"]
+    + [r"[\p{Lu}\d]", r"[^\p{L}]", r"[\P{L}a]", r"[_\p{N}-]", r"[^\P{Nd}\s]", r"[\p{M}\p{Zs}é]"]
+)
+property_regexes = st.recursive(
+    st.one_of(property_atoms, atoms, st.tuples(property_atoms, quantifiers).map("".join)), _extend, max_leaves=5
+)
+
+
+def _oracle_pattern(pattern: str) -> str:
+    """Each escape as the alphabet's members having (\\p) or lacking (\\P) the property: inside
+    a class those members, outside a class of its own."""
+    out, in_class = [], False
+    for part in re.split(r"(\\[pP]\{[^}]*\}|\\.|\[\^?|\])", pattern):
+        escape = re.fullmatch(r"\\([pP])\{([^}]*)\}", part)
+        if escape:
+            has = PROPERTIES[escape.group(2)]
+            chars = [c for c in PROPERTY_ALPHABET if has(unicodedata.category(c)) == (escape.group(1) == "p")]
+            body = "".join(re.escape(c) for c in chars)
+            out.append(body if in_class else f"[{body}]" if chars else "(?!)")
+            continue
+        in_class = part.startswith("[") or (in_class and part != "]")
+        out.append(part)
+    return "".join(out)
+
+
+@settings(
+    max_examples=max(40, EXAMPLES // 10), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(global_flags, property_regexes)
+def test_property_escapes_agree_with_unicodedata(prefix, body):
+    pattern = prefix + body
+    try:
+        dfa = regex_to_dfa(pattern)
+    except SelfCheckError as exc:
+        pytest.fail(f"self-check caught a compiler bug: {exc}")
+    except ConstraintError as exc:
+        assert "unsupported regex feature" in str(exc) or "invalid regex" in str(exc), str(exc)
+        return
+    oracle = re.compile(_oracle_pattern(pattern), re.ASCII)
+    for text in PROPERTY_TEXTS:
+        assert dfa.accepts(text) == (oracle.fullmatch(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern, feature",
+    [
+        (r"\p{Script=Greek}", "Script=Greek"),
+        (r"\p{sc=Latn}", "sc=Latn"),
+        (r"\p{Alphabetic}", "Alphabetic"),
+        (r"\p{l}", "\\p{l}"),
+        (r"[a-\p{L}]", "endpoint"),
+        (r"[\p{L}-z]", "endpoint"),
+        (r"\p{L", "property escape"),
+    ],
+)
+def test_property_refusals_name_the_property(pattern, feature):
+    with pytest.raises(ConstraintError, match=re.escape(feature)):
+        regex_to_dfa(pattern)
+
+
+def test_property_escapes_tiny_vocabulary_exact_masks():
+    """`\\p{Lu}\\p{Ll}*` over a vocabulary of whole and split UTF-8 characters."""
+    from test_constrained_core import allowed_ids
+
+    from sgl_runtime.constrained.byte_dfa import ByteDFA
+    from sgl_runtime.constrained.constraint import DFAConstraint
+    from sgl_runtime.constrained.vocabulary import Vocabulary
+
+    #         0     1     2              3              4     5                6        7        8        9 (EOS)
+    tokens = [b"A", b"a", "É".encode(), "é".encode(), b"1", "Ωω".encode(), b"\xc3", b"\x89", b"\xa9", None]
+    constraint = DFAConstraint(ByteDFA.from_regex(r"\p{Lu}\p{Ll}*"), Vocabulary(tokens, eos_token_ids=[9]))
+    matcher = constraint.matcher()
+    assert allowed_ids(matcher.bitmask()) == [0, 2, 5, 6]  # upper case, or a lead byte of one
+    matcher.advance(6)  # \xc3: then \x89 completes É (U+00C9, Lu); \xa9 would make é (Ll)
+    assert allowed_ids(matcher.bitmask()) == [7]
+    matcher.advance(7)
+    assert allowed_ids(matcher.bitmask()) == [1, 3, 6, 9]  # lower case continues; EOS accepts
+    matcher.advance(6)
+    assert allowed_ids(matcher.bitmask()) == [8]
+
+
+def test_schema_pattern_with_property_escape_is_exact():
+    from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+
+    dfa = schema_to_dfa({"type": "string", "pattern": r"^[\p{L}\p{Zs}'-]+$"})
+    for text in ["José María", "O'Brien-Ωμέγα", "日本", "a"]:
+        assert dfa.accepts(json.dumps(text, ensure_ascii=False)), text
+    for text in ["", "R2D2", "a_b", "tab\tbed", "a\u0301"]:  # digits, `_`, a tab, a combining mark
+        assert not dfa.accepts(json.dumps(text, ensure_ascii=False)), text
+    # ECMA-262 \S inside a class: every code point but the ECMA blanks (U+00A0 and U+FEFF among them)
+    dfa = schema_to_dfa({"type": "string", "pattern": r"^[\S ]+$"})
+    for text, ok in [("a b", True), ("日 本", True), ("a\tb", False), ("a\u00a0b", False), ("\ufeff", False)]:
+        assert dfa.accepts(json.dumps(text, ensure_ascii=False)) == ok, text

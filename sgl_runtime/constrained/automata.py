@@ -119,20 +119,11 @@ class _Partition:
         mentioned: set = set()
         for cs in distinct:
             mentioned |= cs.chars
-        sig: dict = {c: [] for c in mentioned}
-        other_sig = []
-        for i, cs in enumerate(distinct):
-            if cs.negated:
-                other_sig.append(i)
-                for c in mentioned - cs.chars:
-                    sig[c].append(i)
-            else:
-                for c in cs.chars:
-                    sig[c].append(i)
-        other_key = tuple(other_sig)
-        groups: dict = defaultdict(set)
-        for c, s in sig.items():
-            groups[tuple(s)].add(c)
+        other_key = tuple(i for i, cs in enumerate(distinct) if cs.negated)
+        if len(mentioned) > _REFINE_ABOVE:
+            groups = _groups_by_refinement(distinct, mentioned)
+        else:
+            groups = _groups_by_char(distinct, mentioned)
         explicit = set()
         self.classes: list[Charset] = []
         keys = []
@@ -170,6 +161,41 @@ class _Partition:
                 got = got | self.classes[c]
             self._merge_memo[cids] = got
         return got
+
+
+_REFINE_ABOVE = 20_000  # mentioned characters past which blocks are split by set operations
+
+
+def _groups_by_char(distinct: list[Charset], mentioned: set) -> dict:
+    """Signature (indices of the charsets containing it) -> characters, one character at a time."""
+    sig: dict = {c: [] for c in mentioned}
+    for i, cs in enumerate(distinct):
+        for c in (mentioned - cs.chars) if cs.negated else cs.chars:
+            sig[c].append(i)
+    groups: dict = defaultdict(set)
+    for c, s in sig.items():
+        groups[tuple(s)].add(c)
+    return groups
+
+
+def _groups_by_refinement(distinct: list[Charset], mentioned: set) -> dict:
+    """The same groups, splitting blocks by each charset in turn (set operations in C: a Unicode
+    property class lists ~100,000 characters, too many for a loop per character)."""
+    blocks: list[tuple[set, tuple]] = [(set(mentioned), ())]
+    for i, cs in enumerate(distinct):
+        refined = []
+        for chars, key in blocks:
+            listed = chars & cs.chars
+            if not listed:
+                refined.append((chars, key + (i,) if cs.negated else key))
+                continue
+            chars -= listed  # in place: costs the size of the listed part only
+            inside, outside = (chars, listed) if cs.negated else (listed, chars)
+            for part, part_key in ((inside, key + (i,)), (outside, key)):
+                if part:
+                    refined.append((part, part_key))
+        blocks = refined
+    return {key: chars for chars, key in blocks}
 
 
 def _charsets_of(dfas: Iterable[Dfa]) -> list[Charset]:

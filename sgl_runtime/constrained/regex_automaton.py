@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections import defaultdict
 from re import _parser as sre_parse
 
@@ -32,6 +33,7 @@ from sgl_runtime.constrained.automata import (
 )
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_nfa import RegexNfa
+from sgl_runtime.constrained.regex_properties import expand_properties
 from sgl_runtime.constrained.regex_selfcheck import check_against_re
 
 _Config = tuple  # (nfa state, frozenset of (suffix id, suffix state))
@@ -44,17 +46,21 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     or when the self-check against `re` finds a disagreement."""
     if not isinstance(pattern, str):
         raise ConstraintError(f"regex must be a string, got {type(pattern).__name__}")
+    original = pattern
+    pattern = expand_properties(pattern)  # what is compiled and what the self-check gives `re`
     try:
-        re.compile(pattern, re.ASCII)
-        parsed = sre_parse.parse(pattern, re.ASCII.value)
+        with warnings.catch_warnings():  # `[a||b]` ("possible set union") means what it says today
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(pattern, re.ASCII)
+            parsed = sre_parse.parse(pattern, re.ASCII.value)
     except re.error as exc:
-        raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
+        raise ConstraintError(f"invalid regex {original!r}: {exc}") from None
     except ValueError as exc:  # ASCII with an inline (?u)
         raise ConstraintError(
-            f"unsupported regex feature in {pattern!r}: {exc} (shorthand classes are ASCII in constraints)"
+            f"unsupported regex feature in {original!r}: {exc} (shorthand classes are ASCII in constraints)"
         ) from None
     except RecursionError:
-        raise ConstraintError(f"regex {pattern!r} nests too deeply") from None
+        raise ConstraintError(f"regex {original!r} nests too deeply") from None
     flags = parsed.state.flags & ~re.ASCII.value
     nodes = list(parsed)
     if search:
@@ -62,7 +68,7 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     try:
         dfa = _compile(nodes, flags, allow_guards=True)
     except ConstraintError as exc:
-        raise ConstraintError(f"regex {pattern!r}: {exc}") from None
+        raise ConstraintError(f"regex {original!r}: {exc}") from None
     check_against_re(dfa, pattern, search=search)
     return dfa
 

@@ -8,6 +8,7 @@ what `re` itself does with `re.ASCII`. Nodes come from `re._parser`, the parser 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from re import _constants as sre
 
@@ -21,6 +22,7 @@ WORD = charset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 NEWLINE = charset("\n")
 MAX_CLASS_CHARS = 300_000  # a class (or its complement) listing more code points is refused
 _SURROGATES = (0xD800, 0xDFFF)
+_SURROGATE_CHARS = frozenset(map(chr, range(0xD800, 0xE000)))
 _CATEGORIES = {
     sre.CATEGORY_DIGIT: DIGITS,
     sre.CATEGORY_NOT_DIGIT: ~DIGITS,
@@ -76,7 +78,8 @@ def _ranges_charset(ranges: tuple[tuple[int, int], ...]) -> Charset:
             merged.append([lo, hi])
     size = sum(hi - lo + 1 for lo, hi in merged)
     if size <= MAX_CLASS_CHARS:
-        return Charset(frozenset(chr(c) for lo, hi in merged for c in range(lo, hi + 1) if not _is_surrogate(c)))
+        listed = frozenset(map(chr, itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in merged)))
+        return Charset(listed - _SURROGATE_CHARS if any(lo <= 0xDFFF and hi >= 0xD800 for lo, hi in merged) else listed)
     gaps, prev = [], 0
     for lo, hi in merged + [[0x110000, 0x110000]]:
         gaps.append((prev, lo - 1))

@@ -4,7 +4,8 @@ Every construct is built exactly or refused with a `ConstraintError` naming it:
 - characters, classes, alternation, groups, greedy and lazy quantifiers, scoped and global
   flags `i`, `m`, `s`, `x`, `a` (lazy and greedy repeats accept the same strings under
   fullmatch: backtracking tries every split);
-- `^ $ \\A \\Z \\b \\B` and lookahead / lookbehind with assertion-free bodies become guards: an
+- `^ $ \\A \\Z \\b \\B` and lookahead / lookbehind with assertion-free bodies (a lookahead may
+  start with `^`/`\\A` and end with `$`/`\\Z`, a lookbehind start with `^`/`\\A`) become guards: an
   epsilon edge taken only when the text before the position is in a prefix language and the
   text after it in a suffix language (`regex_automaton` resolves them exactly);
 - possessive quantifiers and atomic groups: exact when the body is one character class
@@ -199,19 +200,31 @@ class RegexNfa:
         return self.build(body, flags)
 
     def _anchor(self, code, flags: int) -> tuple[int, int]:
-        multiline = bool(flags & MULTILINE) and code in (sre.AT_BEGINNING, sre.AT_END)
-        guards = ANCHORS.get((code, multiline))
-        if guards is None:
-            raise ConstraintError(f"unsupported regex feature: anchor {code}")
-        return self._guards(guards)
+        return self._guards(_anchor_guards(code, flags))
 
     def _lookaround(self, positive: bool, direction: int, body: list, flags: int) -> tuple[int, int]:
+        """`(?=X)` holds where the rest of the text is in X·Σ*, `(?<=X)` where the text before is
+        in Σ*·X. A lookahead ending in `$`/`\\Z` (`(?!\\.$)`, common in JSON-Schema patterns) or a
+        lookbehind starting with `^`/`\\A` replaces Σ* by that anchor's side language."""
+        edge = _edge_anchor_language(body[-1:] if direction == 1 else body[:1], flags, direction)
+        if edge is not None:
+            body = body[:-1] if direction == 1 else body[1:]
+        # a lookahead may also start with `^`/`\\A` (`(?!^[0-9]+$)`): a condition on the text before
+        before = _edge_anchor_language(body[:1], flags, -1) if direction == 1 else None
+        if before is not None:
+            body = body[1:]
         dfa = self._subautomaton(body, flags)
         if direction == 1:
-            language = concat(dfa, ANY_STRING)
+            language = concat(dfa, ANY_STRING if edge is None else edge)
+            if before is not None:  # holds where both hold; its negation where either fails
+                if positive:
+                    return self._guards([Guard(before, language)])
+                return self._guards(
+                    [Guard(difference(ANY_STRING, before), None), Guard(None, difference(ANY_STRING, language))]
+                )
             guard = Guard(None, language if positive else difference(ANY_STRING, language))
         else:
-            language = concat(ANY_STRING, dfa)
+            language = concat(ANY_STRING if edge is None else edge, dfa)
             guard = Guard(language if positive else difference(ANY_STRING, language), None)
         return self._guards([guard])
 
@@ -220,6 +233,28 @@ class RegexNfa:
         for guard in alternatives:
             self.guarded[start].append((guard, end))
         return start, end
+
+
+def _anchor_guards(code, flags: int) -> list[Guard]:
+    multiline = bool(flags & MULTILINE) and code in (sre.AT_BEGINNING, sre.AT_END)
+    guards = ANCHORS.get((code, multiline))
+    if guards is None:
+        raise ConstraintError(f"unsupported regex feature: anchor {code}")
+    return guards
+
+
+def _edge_anchor_language(edge: list, flags: int, direction: int) -> Dfa | None:
+    """For a lookahead's last node (direction 1) that is an anchor conditioning only the text
+    after it, that text's language; for a lookbehind's first node conditioning only the text
+    before it, likewise. None otherwise."""
+    if len(edge) != 1 or edge[0][0] is not sre.AT:
+        return None
+    guards = _anchor_guards(edge[0][1], flags)
+    if direction == 1 and all(g.prefix is None for g in guards):
+        return union(*(ANY_STRING if g.suffix is None else g.suffix for g in guards))
+    if direction != 1 and all(g.suffix is None for g in guards):
+        return union(*(ANY_STRING if g.prefix is None else g.prefix for g in guards))
+    return None
 
 
 def _check_flags(flags: int) -> None:

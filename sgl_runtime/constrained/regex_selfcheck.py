@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import re
 import time
+import warnings
 import zlib
 from collections.abc import Iterator
 
@@ -33,7 +34,9 @@ class SelfCheckError(ConstraintError):
 
 def check_against_re(dfa: Dfa, pattern: str, *, search: bool = False) -> None:
     """Raises ConstraintError when `dfa` and `re` disagree on a sampled string."""
-    oracle = re.compile(pattern, re.ASCII)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        oracle = re.compile(pattern, re.ASCII)
     judge = oracle.search if search else oracle.fullmatch
     sampler = _Sampler(dfa, random.Random(zlib.crc32(pattern.encode("utf-8", "surrogatepass")) + search))
     deadline = time.monotonic() + BUDGET_S
@@ -55,7 +58,8 @@ def check_against_re(dfa: Dfa, pattern: str, *, search: bool = False) -> None:
 class _Sampler:
     def __init__(self, dfa: Dfa, rng: random.Random) -> None:
         self.dfa, self.rng = dfa, rng
-        self._members: dict[Charset, tuple] = {}
+        self._members: dict[tuple, tuple] = {}
+        self._sorted: dict[Charset, list] = {}
         mentioned = {c for out in dfa.edges for cs, _ in out for c in self._some(cs, 4)}
         self.pool = sorted(set(_PROBES) | mentioned)
         self.distance = _distance_to_final(dfa)
@@ -120,7 +124,9 @@ class _Sampler:
                     or tuple(chr(cp) for cp in range(0x21, 0x3000) if chr(cp) in cs)[:limit]
                 )
             else:
-                chars = sorted(c for c in cs.chars if not 0xD800 <= ord(c) <= 0xDFFF)
+                chars = self._sorted.get(cs)
+                if chars is None:
+                    chars = self._sorted[cs] = sorted(c for c in cs.chars if not 0xD800 <= ord(c) <= 0xDFFF)
                 step = max(1, len(chars) // limit)
                 got = tuple(chars[::step][:limit]) + tuple(chars[-1:])
             self._members[(cs, limit)] = got

@@ -1,7 +1,8 @@
 """Array schemas as DFAs: prefixItems, items, minItems/maxItems and contains/minContains/maxContains.
 
-uniqueItems is not regular in general: it is accepted only where it cannot fail (maxItems <= 1),
-otherwise it is unsupported (ConstraintError, or ignored with lenient=True).
+uniqueItems is not regular in general: it is exact where it cannot fail (maxItems <= 1) and where
+the items take a few values (`unique_items`: the states carry the set of values used), otherwise
+unsupported (ConstraintError naming why, or ignored with lenient=True).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from sgl_runtime.constrained.automata import Dfa
 from sgl_runtime.constrained.automata_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.unique_items import ItemValues, UniqueItemsUnsupported, check_state_count
 from sgl_runtime.constrained.json_schema.values import EXACT, count_keyword
 
 
@@ -19,8 +21,6 @@ def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
         raise ConstraintError("prefixItems: expected a list of schemas")
     min_items = count_keyword(schema, "minItems", 0)
     max_items = count_keyword(schema, "maxItems", None)
-    if schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1):
-        comp.unsupported("uniqueItems", "uniqueness of items is not a regular constraint")
     prefix_dfas = [comp.compile(s, level + 1, mode) for s in prefix]
     rest = comp.compile(schema.get("items", True), level + 1, mode)
     if rest.is_empty():
@@ -28,7 +28,13 @@ def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     counter = _ContainsCounter(comp, schema, level, mode)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
     elements = [prefix_dfas[i] if i < len(prefix) else rest for i in range(top + 1)]
-    return _body(comp, elements, min_items, max_items, top, counter)
+    if schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1):
+        try:
+            unique = ItemValues(elements if max_items is None else elements[:max_items])
+            return _body(comp, elements, min_items, max_items, top, counter, unique)
+        except UniqueItemsUnsupported as exc:
+            comp.unsupported("uniqueItems", str(exc))  # lenient: uniqueness is ignored
+    return _body(comp, elements, min_items, max_items, top, counter, None)
 
 
 class _ContainsCounter:
@@ -62,7 +68,16 @@ class _ContainsCounter:
         return count >= self.min
 
 
-def _body(comp, elements: list[Dfa], min_items: int, max_items: int | None, top: int, counter: _ContainsCounter) -> Dfa:
+def _body(
+    comp,
+    elements: list[Dfa],
+    min_items: int,
+    max_items: int | None,
+    top: int,
+    counter: _ContainsCounter,
+    unique: ItemValues | None,
+) -> Dfa:
+    """`[` items `]` as an NFA over (position, contains count, values used when unique) states."""
     comma = comp.tokens.comma
     with_comma: dict = {}
     nfa = Nfa()
@@ -75,25 +90,29 @@ def _body(comp, elements: list[Dfa], min_items: int, max_items: int | None, top:
             work.append(key)
         return nodes[key]
 
-    start = node((0, 0))
+    start = node((0, 0, frozenset()))
     while work:
-        pos, count = key = work.pop()
+        pos, count, used = key = work.pop()
         src = nodes[key]
         if pos >= min_items and counter.final(count):
             nfa.finals.add(src)
         if max_items is not None and pos >= max_items:
             continue
         nxt_pos = min(pos + 1, top)
-        for dfa, nxt_count in counter.branches(elements[pos], count):
-            if dfa.is_empty():
-                continue
-            if pos > 0:
-                if id(dfa) not in with_comma:
-                    with_comma[id(dfa)] = (dfa, concat(comma, dfa))
-                dfa = with_comma[id(dfa)][1]
-            s, fs = nfa.embed(dfa)
-            nfa.add_eps(src, s)
-            dst = node((nxt_pos, nxt_count))
-            for f in fs:
-                nfa.add_eps(f, dst)
+        choices = [(elements[pos], used)] if unique is None else unique.choices(elements[pos], used)
+        for item, nxt_used in choices:
+            for dfa, nxt_count in counter.branches(item, count):
+                if dfa.is_empty():
+                    continue
+                if pos > 0:
+                    if id(dfa) not in with_comma:
+                        with_comma[id(dfa)] = (dfa, concat(comma, dfa))
+                    dfa = with_comma[id(dfa)][1]
+                s, fs = nfa.embed(dfa)
+                nfa.add_eps(src, s)
+                dst = node((nxt_pos, nxt_count, nxt_used))
+                for f in fs:
+                    nfa.add_eps(f, dst)
+        if unique is not None:
+            check_state_count(len(nodes))
     return nfa.determinize_between(start, comp.tokens.lbracket, comp.tokens.rbracket)

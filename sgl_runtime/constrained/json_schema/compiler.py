@@ -179,8 +179,12 @@ class _Compiler:
         """How deep a free-form value at `level` may nest. Within an applicator's subschema a
         free-form value is a wildcard that the sibling schemas intersect (anyOf: [{required: [b]}]
         says nothing of b's value): it nests max_depth deep from where it starts, so a deeply
-        structured sibling value is not cut to what is left of the depth at `level`."""
-        return self.max_depth if self.in_branch and self.widen_wildcards else self.max_depth - level
+        structured sibling value is not cut to what is left of the depth at `level`. Elsewhere the
+        depth counts from the root, but a free-form value always keeps one level of its own (a flat
+        object or array, `{}` included) however deep it sits."""
+        if self.in_branch and self.widen_wildcards:
+            return self.max_depth
+        return max(self.max_depth - level, min(self.max_depth, 1))
 
     @contextlib.contextmanager
     def branch(self):

@@ -15,6 +15,8 @@ Schemas without `$schema` are read as 2020-12; an unknown `$schema` is refused.
 
 from __future__ import annotations
 
+import re
+
 from jsonschema import validators
 
 from sgl_runtime.constrained.errors import ConstraintError
@@ -26,6 +28,8 @@ DRAFTS = {
     "2019-09": validators.Draft201909Validator,
     "2020-12": validators.Draft202012Validator,
 }
+# the official metaschema URIs (http or https, with or without the empty fragment), as jsonschema knows them
+_METASCHEMA = re.compile(r"https?://json-schema\.org/(?:(draft-0[467])/schema|draft/(2019-09|2020-12)/schema)#?")
 _LATEST = set(validators.Draft202012Validator.VALIDATORS)
 _SINGLE = (
     "not",
@@ -49,11 +53,13 @@ def declared_draft(schema) -> str:
     uri = schema.get("$schema") if isinstance(schema, dict) else None
     if uri is None:
         return "2020-12"
-    if isinstance(uri, str):
-        for name in DRAFTS:
-            if name in uri:
-                return name
-    raise ConstraintError(f"$schema: unsupported draft {uri!r} (supported: draft-04, -06, -07, 2019-09, 2020-12)")
+    match = _METASCHEMA.fullmatch(uri) if isinstance(uri, str) else None
+    if match:
+        return match.group(1) or match.group(2)
+    raise ConstraintError(
+        f"$schema: unsupported metaschema {uri!r} (supported: the draft-04, -06, -07, 2019-09 and 2020-12 "
+        "metaschemas of json-schema.org; a custom metaschema's $vocabulary could change what keywords mean)"
+    )
 
 
 def to_latest(schema):

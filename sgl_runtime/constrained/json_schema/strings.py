@@ -24,6 +24,7 @@ from sgl_runtime.constrained.automata import (
 from sgl_runtime.constrained.automata_ops import intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
+from sgl_runtime.constrained.regex_properties import class_body, complement_ranges
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 SPECIAL = frozenset(_SHORT_ESCAPES) | frozenset(chr(i) for i in range(0x20))
@@ -33,6 +34,7 @@ _ECMA_SPACE = (
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 _ECMA_DOT = "[^\n\r\u2028\u2029]"
+_NOT_ECMA_SPACE = class_body(complement_ranges(tuple((ord(c), ord(c)) for c in sorted(_ECMA_SPACE))))
 
 
 def escape_char(c: str) -> str:
@@ -63,6 +65,11 @@ def length_content(lo: int, hi: int | None) -> Dfa:
 
 
 _COMMON_SPECIAL = frozenset('"\\\n\r\t')
+# a constrained string whose decoded-content automaton is this small spells every control character
+# (\\u0000-\\u001f, \\b, \\f) exactly; a larger one (maxLength 2048) only \\n, \\r and \\t, since each
+# \\u00xx escape costs five states per position (a valid value with another control character is
+# then rejected, never the reverse; under `not` and in other exact contexts every escape is kept)
+FULL_ESCAPES_UP_TO = 64
 
 
 def encode_content(content: Dfa, full_escapes: bool = True) -> Dfa:
@@ -120,7 +127,7 @@ def pattern_content(pattern: str) -> Dfa:
 
 def _ecma_to_python(pattern: str) -> str:
     """Rewrites ECMA-262 syntax into the Python regex with the same meaning: `\\uXXXX`, `.`, `\\s`
-    and `\\S` (Unicode blanks), `$` (end of input only: `\\Z`), `\\B` (which, unlike Python's, also
+    and `\\S` (Unicode blanks, in and out of classes), `$` (end of input only: `\\Z`), `\\B` (which, unlike Python's, also
     holds in the empty string), named groups `(?<name>...)`."""
     out, in_class, i = [], False, 0
     while i < len(pattern):
@@ -136,9 +143,8 @@ def _ecma_to_python(pattern: str) -> str:
             elif nxt == "s":
                 out.append(re.escape(_ECMA_SPACE) if in_class else "[" + re.escape(_ECMA_SPACE) + "]")
             elif nxt == "S":
-                if in_class:
-                    raise ConstraintError("pattern: \\S inside a character class is not supported")
-                out.append("[^" + re.escape(_ECMA_SPACE) + "]")
+                # inside a class: the explicit ranges of every code point that is not an ECMA blank
+                out.append(_NOT_ECMA_SPACE if in_class else "[^" + re.escape(_ECMA_SPACE) + "]")
             elif nxt.isdigit() and nxt != "0":
                 raise ConstraintError("pattern: backreferences are not supported")
             else:
@@ -182,7 +188,7 @@ def string_dfa(
     parts += [pattern_content(p) for p in patterns]
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
-    return encode_content(content, full_escapes or not parts)
+    return encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
 
 
 def literals_dfa(texts) -> Dfa:
