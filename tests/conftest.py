@@ -42,3 +42,12 @@ def server(request) -> ServerProcess:
     contents or on other tests' requests: use unique prompts, and `flush_when_idle` before asserting
     on pool sizes."""
     return shared_server(request.config)
+
+
+@pytest.fixture(scope="module")
+def gguf_cache(tmp_path_factory):
+    """GGUF tests: the converted model directories go to a private cache, not ~/.cache."""
+    root = tmp_path_factory.mktemp("sgl_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SGL_RUNTIME_CACHE", str(root))
+        yield root

@@ -56,16 +56,7 @@ TOKENS = [5, 70, 300, 12, 99, 7, 250, 301, 44, 128, 3, 260]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """The converted model directories go to a private cache, not ~/.cache."""
-    root = tmp_path_factory.mktemp("sgl_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SGL_RUNTIME_CACHE", str(root))
-        yield root
-
-
-@pytest.fixture(scope="module")
-def gguf_files(tmp_path_factory, cache):
+def gguf_files(tmp_path_factory, gguf_cache):
     out = {}
     for name, (arch, qtypes) in FILES.items():
         directory = tmp_path_factory.mktemp(name)
@@ -153,7 +144,7 @@ def test_a_directory_holding_one_gguf_resolves_like_the_file(gguf_files, tmp_pat
         resolve_model_path(str(directory), load_format="gguf")
 
 
-def test_unreadable_and_unsupported_files_fail_with_one_line(tmp_path, cache):
+def test_unreadable_and_unsupported_files_fail_with_one_line(tmp_path, gguf_cache):
     import gguf
 
     junk = tmp_path / "junk.gguf"

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf_fixtures import byte_level_vocab, llama_cpp_rope_freqs, transformers_gguf_model, write_gguf, write_llama3_pair
+from gguf_fixtures import (
+    byte_level_vocab,
+    llama_cpp_rope_freqs,
+    transformers_gguf_model,
+    write_gguf,
+    write_llama3_pair,
+)
 from model_fixtures import load_for_test
 
 from sgl_runtime.layers.rotary_embedding import rope_inv_freq
@@ -43,16 +49,7 @@ PROMPT = [int(t) for t in np.random.default_rng(3).integers(0, len(byte_level_vo
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """The converted model directories go to a private cache, not ~/.cache."""
-    root = tmp_path_factory.mktemp("sgl_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SGL_RUNTIME_CACHE", str(root))
-        yield root
-
-
-@pytest.fixture(scope="module")
-def llama3_files(tmp_path_factory, cache):
+def llama3_files(tmp_path_factory, gguf_cache):
     """(GGUF file with rope_freqs, safetensors checkpoint with the llama3 rope_scaling)."""
     return write_llama3_pair(tmp_path_factory.mktemp("llama3"), LLAMA3, qk_scale=3.0, **SHAPE)
 
@@ -131,7 +128,7 @@ def test_transformers_gguf_loading_ignores_rope_freqs(llama3_files):
     torch.testing.assert_close(theirs, unscaled, rtol=0, atol=1e-4 * unscaled.abs().max().item())
 
 
-def test_rope_freqs_of_the_wrong_size_fail_at_conversion(tmp_path, cache):
+def test_rope_freqs_of_the_wrong_size_fail_at_conversion(tmp_path, gguf_cache):
     from gguf_fixtures import tiny_hf_model
 
     model, _ = tiny_hf_model("llama", **SHAPE)
@@ -172,7 +169,7 @@ SCALED = {
 
 
 @pytest.mark.parametrize("kind", list(SCALED))
-def test_gguf_rope_scaling_metadata_matches_the_scaled_checkpoint(kind, tmp_path, cache):
+def test_gguf_rope_scaling_metadata_matches_the_scaled_checkpoint(kind, tmp_path, gguf_cache):
     """transformers' GGUF config code reads no {arch}.rope.scaling.* keys; served without them, a file
     converted from a scaled checkpoint would run plain rope."""
     from gguf_fixtures import tiny_hf_model
@@ -209,7 +206,7 @@ def test_gguf_rope_scaling_metadata_matches_the_scaled_checkpoint(kind, tmp_path
         ),
     ],
 )
-def test_gguf_rope_scaling_without_an_exact_counterpart_is_refused(metadata, message, tmp_path, cache):
+def test_gguf_rope_scaling_without_an_exact_counterpart_is_refused(metadata, message, tmp_path, gguf_cache):
     from gguf_fixtures import tiny_hf_model
 
     model, _ = tiny_hf_model("llama", **SHAPE)
