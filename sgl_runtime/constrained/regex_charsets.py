@@ -14,6 +14,7 @@ from re import _constants as sre
 
 from sgl_runtime.constrained.automata import ANY_CHAR, Charset, charset
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.regex_properties import merge_ranges
 
 IGNORECASE, DOTALL, MULTILINE = re.IGNORECASE.value, re.DOTALL.value, re.MULTILINE.value
 DIGITS = charset("0123456789")
@@ -70,18 +71,13 @@ def _class_charset(items, fold: bool) -> Charset:
 @functools.lru_cache(maxsize=1024)
 def _ranges_charset(ranges: tuple[tuple[int, int], ...]) -> Charset:
     """The union of code-point ranges, stored as itself or as the complement, whichever is small."""
-    merged: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
+    merged = merge_ranges(ranges)
     size = sum(hi - lo + 1 for lo, hi in merged)
     if size <= MAX_CLASS_CHARS:
         listed = frozenset(map(chr, itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in merged)))
         return Charset(listed - _SURROGATE_CHARS if any(lo <= 0xDFFF and hi >= 0xD800 for lo, hi in merged) else listed)
     gaps, prev = [], 0
-    for lo, hi in merged + [[0x110000, 0x110000]]:
+    for lo, hi in (*merged, (0x110000, 0x110000)):
         gaps.append((prev, lo - 1))
         prev = hi + 1
     gap_chars = [c for lo, hi in gaps for c in range(lo, hi + 1) if not _is_surrogate(c)]

@@ -137,7 +137,7 @@ def property_ranges(name: str) -> Ranges:
     if category in _LEAVES:
         return _category_table()[category]
     if category in _GROUPS:
-        return _merge(r for leaf in _GROUPS[category] for r in _category_table()[leaf])
+        return merge_ranges(r for leaf in _GROUPS[category] for r in _category_table()[leaf])
     raise ConstraintError(
         f"unsupported Unicode property \\p{{{name}}}: not a General_Category value, Any, ASCII or Assigned "
         "(scripts and other properties cannot be computed exactly from Python's unicodedata)"
@@ -176,7 +176,8 @@ def _category_table() -> dict[str, Ranges]:
     return {cat: tuple((lo, hi) for lo, hi in runs) for cat, runs in found.items()}
 
 
-def _merge(ranges) -> Ranges:
+def merge_ranges(ranges) -> Ranges:
+    """Code-point ranges (lo, hi), sorted, with overlapping and adjacent ones joined."""
     merged: list[list[int]] = []
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1] + 1:
