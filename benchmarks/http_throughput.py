@@ -28,15 +28,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_utils import add_common_args, engine_kwargs, environment, make_model_dir, report, run_isolated, warm_up
+from bench_utils import (
+    bench_parser,
+    engine_kwargs,
+    environment,
+    make_model_dir,
+    random_ids,
+    report,
+    run_isolated,
+    start_engine,
+    timed_generate,
+    vocab_size_of,
+    warm_up,
+)
 from offline_throughput import throughput_requests
 
 STARTUP_TIMEOUT_S = 900.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = bench_parser(__doc__)
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--passes", type=int, default=2, help="runs of the workload per mode (median reported)")
     parser.add_argument("--client-procs", type=int, default=4, help="client processes sharing the requests")
@@ -48,12 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_engine(args, model_dir: str) -> dict:
-    from bench_utils import timed_generate, vocab_size_of
-
-    from sgl_runtime.engine import Engine
-
-    vocab = vocab_size_of(model_dir)
-    engine = Engine(model_path=model_dir, **engine_kwargs(args))
+    engine, vocab = start_engine(args, model_dir)
     warm_up(engine, random.Random(args.seed + 1), vocab)
     ids, params = throughput_requests(args, vocab)
     rates = []
@@ -140,7 +146,6 @@ def http_pass(url: str, ids: list, params: list, stream: bool, procs: int) -> fl
 
 def run_server(args, model_dir: str) -> dict:
     import httpx
-    from bench_utils import vocab_size_of
 
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
@@ -154,8 +159,10 @@ def run_server(args, model_dir: str) -> dict:
         vocab = vocab_size_of(model_dir)
         rng = random.Random(args.seed + 1)
         for n in (37, 300):  # warm_up's two requests, over HTTP
-            ids = [rng.randrange(1000, vocab) for _ in range(n)]
-            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
+            body = {
+                "input_ids": random_ids(rng, n, vocab),
+                "sampling_params": {"max_new_tokens": 8, "ignore_eos": True},
+            }
             httpx.post(f"{url}/generate", json=body, timeout=600).raise_for_status()
         ids, params = throughput_requests(args, vocab)
         result: dict = {"http_output_tok_s": [], "http_stream_output_tok_s": []}
