@@ -228,6 +228,53 @@ def run_isolated(fn: Callable[..., dict], isolate: bool, *args: Any, **kwargs: A
         return pool.submit(fn, *args, **kwargs).result()
 
 
+KERNEL_GROUPS = (  # (group, substrings of a kernel's name), first match wins
+    ("gemm", ("gemm", "nvjet", "cutlass", "cublas", "splitkreduce", "sm90_xmma")),
+    ("cascade attention", ("cascade",)),
+    ("decode attention", ("decode_att", "_fwd_kernel_stage", "decode_stage")),
+    ("extend attention", ("extend",)),
+    ("norm", ("rms", "norm")),
+    ("rotary / kv store", ("rotary", "rope", "store_kv")),
+    ("silu", ("silu", "act_and_mul")),
+    ("moe", ("moe",)),
+)
+
+
+def kernel_profile(prof, wall: float, top: int = 12) -> dict:
+    """Device kernels of a torch.profiler run: total ms per kernel group (KERNEL_GROUPS, else "other"),
+    the top kernels, and the sum against the wall time."""
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0 and e.cpu_time_total == 0]
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    groups: dict = {}
+    for e in events:
+        name = e.key.lower()
+        group = next((g for g, keys in KERNEL_GROUPS if any(k in name for k in keys)), "other")
+        groups[group] = groups.get(group, 0.0) + e.self_device_time_total / 1e3
+    device_ms = sum(groups.values())
+    return {
+        "wall_ms": 1e3 * wall,
+        "kernel_ms": device_ms,
+        "kernel_ms_by_group": {g: round(ms, 1) for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])},
+        "top_kernels": [
+            {"name": e.key[:90], "ms": round(e.self_device_time_total / 1e3, 1), "calls": e.count} for e in events[:top]
+        ],
+    }
+
+
+def profiled_generate(engine, input_ids: list[list[int]], params: list[dict], top: int = 12) -> dict:
+    """timed_generate under torch.profiler (device kernels when on CUDA); returns kernel_profile's summary."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        _, seconds = timed_generate(engine, input_ids, params)
+        if on_gpu:
+            torch.cuda.synchronize()
+    return kernel_profile(prof, seconds, top)
+
+
 def environment() -> dict:
     import torch
 

@@ -25,6 +25,7 @@ from bench_utils import (
     environment,
     make_model_dir,
     prefill_pass,
+    profiled_generate,
     random_ids,
     report,
     run_isolated,
@@ -38,6 +39,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = bench_parser(__doc__)
     parser.add_argument("--num-requests", type=int, default=None)
     parser.add_argument("--skip-hf", action="store_true", help="skip the transformers baseline")
+    parser.add_argument(
+        "--profile", action="store_true", help="run the 256-request workload again under torch.profiler (kernels)"
+    )
     args = parser.parse_args(argv)
     tiny = args.tiny
     args.num_requests = args.num_requests or (6 if tiny else 256)
@@ -99,7 +103,11 @@ def run_engine(args, model_dir: str) -> dict:
         total_tok_s=(prompt + completion) / latency,
         gpu_busy_fraction=timer.busy_seconds() / latency,
         forwards=timer.forwards,
+        by_kind=timer.by_kind(),
     )
+    if args.profile:
+        engine.flush_cache()
+        result["profile"] = profiled_generate(engine, ids, params)
     batch, in_len, out_len = args.hf_shape
     hf_ids = [random_ids(rng, in_len, vocab) for _ in range(batch)]
     out, latency = timed_generate(

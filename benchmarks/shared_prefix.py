@@ -11,6 +11,7 @@ speed-up and the cache hit rate. Prints a JSON line and a table.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 
 from bench_utils import (
@@ -18,6 +19,7 @@ from bench_utils import (
     bench_parser,
     environment,
     make_model_dir,
+    profiled_generate,
     random_ids,
     report,
     run_isolated,
@@ -30,6 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = bench_parser(__doc__)
     parser.add_argument("--num-groups", type=int, default=None, help="groups of requests (default 64)")
     parser.add_argument("--max-running-requests", type=int, default=None, help="the engine's (default: its own)")
+    parser.add_argument(
+        "--profile", action="store_true", help="radix on only, then the workload again under torch.profiler (kernels)"
+    )
     args = parser.parse_args(argv)
     # groups, requests per group, system prompt, question, output tokens
     args.shape = (2, 3, 48, 8, 4) if args.tiny else (64, 16, 2048, 128, 256)
@@ -65,7 +70,12 @@ def run_mode(args, model_dir: str, radix: bool) -> dict:
     cached = sum(o["meta_info"]["cached_tokens"] for o in out)
     completion = sum(o["meta_info"]["completion_tokens"] for o in out)
     sched = engine.scheduler
+    profile = None
+    if args.profile:
+        engine.flush_cache()
+        profile = profiled_generate(engine, ids, params)
     return {
+        "profile": profile,
         "seconds": latency,
         "output_tok_s": completion / latency,
         "total_tok_s": (prompt + completion) / latency,
@@ -82,6 +92,9 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     model_dir = make_model_dir(args.model_config, args.tiny)
     on = run_isolated(run_mode, not args.tiny, args, model_dir, True)
+    if args.profile:
+        print(json.dumps({"benchmark": "shared_prefix_profile", **environment(), "radix_on": on}))
+        return on
     off = run_isolated(run_mode, not args.tiny, args, model_dir, False)
     result = {
         "model_config": args.model_config,

@@ -166,9 +166,10 @@ def test_index_tensor_alignment_and_split_count_compile_no_new_variants():
     workspace = DecodeWorkspace(8, heads, dim, DEVICE)
     q = torch.randn(len(seq_lens), heads, dim, device=DEVICE).to(dtype)
     lens = torch.tensor(seq_lens, device=DEVICE)
-    decode_attention(q, torch.empty_like(q), k_buf, v_buf, table, rows, lens, workspace, 1, dim**-0.5)
+    for splits in (1, 32):  # stage 2 compiles once per split padding class (splits_pad_for: 4 or 32)
+        decode_attention(q, torch.empty_like(q), k_buf, v_buf, table, rows, lens, workspace, splits, dim**-0.5)
     before = [_variants(kernel) for kernel in decode_mod._kernels()]
-    for splits, misaligned in ((1, True), (16, False), (3, True), (32, False)):
+    for splits, misaligned in ((1, True), (16, False), (3, True), (32, False), (4, True), (5, False)):
         index = (_misaligned(rows), _misaligned(lens)) if misaligned else (rows, lens)
         decode_attention(q, torch.empty_like(q), k_buf, v_buf, table, *index, workspace, splits, dim**-0.5)
     assert [_variants(kernel) for kernel in decode_mod._kernels()] == before

@@ -121,7 +121,8 @@ def shared_prefix_attention(
     workspace: DecodeWorkspace,
     scale: float,
     num_warps: int = 4,
-    num_stages: int = 2,
+    num_stages: int = 3,
+    block_n: int = BLOCK_N,
 ) -> None:
     """Stage 0 of cascade decode: program (chunk c, KV head g, split s) attends the query heads of every
     member of chunk c to its split of the chunk's shared prefix, writing each member's partial output
@@ -160,7 +161,7 @@ def shared_prefix_attention(
         BLOCK=max(16, members * group_pad),
         KV_HEADS=kv_heads,
         D=dim,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=block_n,
         SPLITS=PREFIX_SPLITS,
         FIRST_COLUMN=MAX_SPLITS,
         num_warps=num_warps,

@@ -2,8 +2,8 @@
 
 Stage 1: program (request b, KV head g, split s) reads its share of the request's K/V once and
 attends all GROUP query heads that share g, writing a partial output and its log-sum-exp.
-Stage 2: program (b, h) merges the splits. The partial buffers have a fixed size (max batch x
-heads x max splits), so a CUDA graph can capture both launches.
+Stage 2: program (b, g) merges the splits of the GROUP query heads of KV head g. The partial buffers
+have a fixed size (max batch x heads x max splits), so a CUDA graph can capture both launches.
 
 Cascade (shared-prefix) decode, see kernels/cascade_attention.py: with `kv_start`, request b's
 stage-1 programs read only keys [kv_start[b], seq_len) (its own suffix), the shared prefix
@@ -24,6 +24,7 @@ from sgl_runtime.kernels.attention_tiles import LOG2E, check_kv_operands
 MAX_SPLITS = 32
 PREFIX_SPLITS = 4  # workspace columns MAX_SPLITS .. MAX_SPLITS + PREFIX_SPLITS: a shared prefix's partials
 BLOCK_N = 64
+SMALL_SPLITS_PAD = 2
 
 
 def decode_attention_torch(
@@ -51,6 +52,13 @@ def num_splits_for(batch_size: int, kv_heads: int, num_sms: int = 132) -> int:
     """Enough (request, KV head, split) programs to fill the GPU about twice, capped at MAX_SPLITS."""
     want = -(-2 * num_sms // max(1, batch_size * kv_heads))
     return max(2, min(MAX_SPLITS, next_power_of_2(want)))
+
+
+def splits_pad_for(num_splits: int) -> int:
+    """Split columns a stage-2 program loads: 2 for the two splits of large batches (num_splits_for's
+    minimum), else MAX_SPLITS. Two values, so the split count, which follows the batch size, compiles
+    stage 2 at most twice."""
+    return SMALL_SPLITS_PAD if num_splits <= SMALL_SPLITS_PAD else MAX_SPLITS
 
 
 class DecodeWorkspace:
@@ -83,9 +91,13 @@ def decode_attention(
     num_warps: int = 4,
     num_stages: int = 2,
     kv_start: torch.Tensor | None = None,
+    splits_pad: int | None = None,
+    stage2_warps: int = 4,
 ) -> None:
     """Triton launches: q, o [B, H, D]; req_pool_indices, seq_lens [B] on q's device.
-    block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them).
+    block_n / num_warps / num_stages tune stage 1 (benchmarks/kernel_bench.py compares them);
+    splits_pad (default: splits_pad_for(num_splits)) is how many split columns each stage-2 program loads,
+    stage2_warps its warps.
     kv_start [B] (cascade; needs a cascade workspace): request b's first kv_start[b] keys were
     attended by `shared_prefix_attention` into the prefix columns; stage 1 reads the rest."""
     check_kv_operands(q, k_buffer, v_buffer, req_to_token, o)
@@ -93,6 +105,7 @@ def decode_attention(
     kv_heads = k_buffer.shape[1]
     assert req_pool_indices.shape == seq_lens.shape == (batch,), (req_pool_indices.shape, seq_lens.shape)
     assert 1 <= num_splits <= MAX_SPLITS, num_splits
+    assert splits_pad is None or num_splits <= splits_pad <= MAX_SPLITS, (num_splits, splits_pad)
     assert batch <= workspace.max_batch and (heads, dim) == (workspace.heads, workspace.dim), "workspace too small"
     assert kv_start is None or (workspace.cascade and kv_start.shape == (batch,)), "kv_start needs a cascade workspace"
     if batch == 0:
@@ -126,7 +139,7 @@ def decode_attention(
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    stage2[(batch, heads)](
+    stage2[(batch, kv_heads)](
         mid_out,
         mid_lse,
         o,
@@ -135,10 +148,13 @@ def decode_attention(
         *strides,
         o.stride(0),
         o.stride(1),
+        GROUP=group,
+        GROUP_PAD=max(2, next_power_of_2(group)),
         D=dim,
-        SPLITS_PAD=MAX_SPLITS,
+        SPLITS_PAD=splits_pad or splits_pad_for(num_splits),
+        PREFIX_AT=MAX_SPLITS,
         PREFIX_COLUMNS=PREFIX_SPLITS if kv_start is not None else 0,
-        num_warps=4,
+        num_warps=stage2_warps,
     )
 
 
@@ -232,36 +248,51 @@ def _kernels():
         stride_mlh,
         stride_ob,
         stride_oh,
+        GROUP: tl.constexpr,
+        GROUP_PAD: tl.constexpr,
         D: tl.constexpr,
         SPLITS_PAD: tl.constexpr,
+        PREFIX_AT: tl.constexpr,
         PREFIX_COLUMNS: tl.constexpr,
     ):
         b = tl.program_id(0).to(tl.int64)
-        head = tl.program_id(1)
+        kv_head = tl.program_id(1)
+        offs_g = tl.arange(0, GROUP_PAD)
         offs_s = tl.arange(0, SPLITS_PAD)
         offs_d = tl.arange(0, D)
-        s_valid = offs_s < num_splits
-        lse_base = mid_lse + b * stride_mlb + head * stride_mlh
-        out_base = mid_out + b * stride_mob + head * stride_moh
-        lse = tl.load(lse_base + offs_s, mask=s_valid, other=float("-inf"))  # [SPLITS_PAD]
-        parts = tl.load(out_base + offs_s[:, None] * stride_mos + offs_d[None, :], mask=s_valid[:, None], other=0.0)
+        g_valid = offs_g < GROUP
+        heads = kv_head * GROUP + offs_g
+        gs_valid = g_valid[:, None] & (offs_s < num_splits)[None, :]  # [GROUP_PAD, SPLITS_PAD]
+        lse_rows = mid_lse + b * stride_mlb + heads[:, None] * stride_mlh
+        out_rows = mid_out + b * stride_mob + heads[:, None, None] * stride_moh
+        lse = tl.load(lse_rows + offs_s[None, :], mask=gs_valid, other=float("-inf"))
+        parts = tl.load(
+            out_rows + offs_s[None, :, None] * stride_mos + offs_d[None, None, :],
+            mask=gs_valid[:, :, None],
+            other=0.0,
+        )  # [GROUP_PAD, SPLITS_PAD, D]
+        m = tl.max(lse, 1)
         if PREFIX_COLUMNS > 0:  # also the shared prefix's partials, where this request's group wrote them
             offs_p = tl.arange(0, PREFIX_COLUMNS)
             p_valid = offs_p < tl.where(tl.load(kv_start + b) > 0, PREFIX_COLUMNS, 0)
-            lse_p = tl.load(lse_base + SPLITS_PAD + offs_p, mask=p_valid, other=float("-inf"))  # [PREFIX_COLUMNS]
+            gp_valid = g_valid[:, None] & p_valid[None, :]  # [GROUP_PAD, PREFIX_COLUMNS]
+            lse_p = tl.load(lse_rows + PREFIX_AT + offs_p[None, :], mask=gp_valid, other=float("-inf"))
             parts_p = tl.load(
-                out_base + (SPLITS_PAD + offs_p[:, None]) * stride_mos + offs_d[None, :],
-                mask=p_valid[:, None],
+                out_rows + (PREFIX_AT + offs_p[None, :, None]) * stride_mos + offs_d[None, None, :],
+                mask=gp_valid[:, :, None],
                 other=0.0,
-            )  # [PREFIX_COLUMNS, D]
-            m = tl.maximum(tl.max(lse, 0), tl.max(lse_p, 0))
-            w = tl.where(s_valid, tl.exp2(lse - m), 0.0)
-            w_p = tl.where(p_valid, tl.exp2(lse_p - m), 0.0)
-            out = (tl.sum(parts * w[:, None], 0) + tl.sum(parts_p * w_p[:, None], 0)) / (tl.sum(w, 0) + tl.sum(w_p, 0))
-        else:
-            m = tl.max(lse, 0)
-            w = tl.where(s_valid, tl.exp2(lse - m), 0.0)  # [SPLITS_PAD]
-            out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
-        tl.store(o + b * stride_ob + head * stride_oh + offs_d, out.to(o.dtype.element_ty))
+            )  # [GROUP_PAD, PREFIX_COLUMNS, D]
+            m = tl.maximum(m, tl.max(lse_p, 1))
+        m = tl.where(g_valid, m, 0.0)  # padding rows hold no key
+        w = tl.where(gs_valid, tl.exp2(lse - m[:, None]), 0.0)
+        num = tl.sum(parts * w[:, :, None], 1)  # [GROUP_PAD, D]
+        den = tl.sum(w, 1)
+        if PREFIX_COLUMNS > 0:
+            w_p = tl.where(gp_valid, tl.exp2(lse_p - m[:, None]), 0.0)
+            num += tl.sum(parts_p * w_p[:, :, None], 1)
+            den += tl.sum(w_p, 1)
+        out = num / tl.where(den > 0, den, 1.0)[:, None]
+        o_ptrs = o + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(o.dtype.element_ty), mask=g_valid[:, None])
 
     return _stage1, _stage2
