@@ -230,9 +230,9 @@ def run_isolated(fn: Callable[..., dict], isolate: bool, *args: Any, **kwargs: A
 
 KERNEL_GROUPS = (  # (group, substrings of a kernel's name), first match wins
     ("gemm", ("gemm", "nvjet", "cutlass", "cublas", "splitkreduce", "sm90_xmma")),
-    ("cascade attention", ("cascade",)),
-    ("decode attention", ("decode_att", "_fwd_kernel_stage", "decode_stage")),
-    ("extend attention", ("extend",)),
+    ("cascade prefix attention", ("_prefix_stage",)),
+    ("decode attention", ("_stage1", "_stage2")),
+    ("extend attention", ("_extend",)),
     ("norm", ("rms", "norm")),
     ("rotary / kv store", ("rotary", "rope", "store_kv")),
     ("silu", ("silu", "act_and_mul")),
