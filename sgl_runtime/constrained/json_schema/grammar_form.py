@@ -294,8 +294,13 @@ class GrammarBuilder:
             return grammar_rules.object_rule(self, schema) if c == OBJECT else grammar_rules.array_rule(self, schema)
         if part == "$ref":
             return self.node(self.shapes.target(schema), cats)
-        if part == "allOf" and len(nontrivial) == 1:
-            return self.node(nontrivial[0], cats)
+        if part == "allOf":
+            if len(nontrivial) == 1:
+                return self.node(nontrivial[0], cats)
+            raise ConstraintError(
+                f"allOf: {len(nontrivial)} subschemas constrain {c}s and together are too large for one automaton "
+                "(the grammar form cannot intersect rules)"
+            )
         if part in ("anyOf", "oneOf"):
             branches = [b for b in members(schema, part) if c in self.shapes.admits(b)]
             if len(branches) <= 1:
