@@ -106,8 +106,9 @@ def first_char_dfa(cats: frozenset) -> Dfa:
 class GrammarBuilder:
     """Translates one schema document, compiling leaves with the flat compiler `comp`."""
 
-    def __init__(self, comp, mode: int) -> None:
+    def __init__(self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES) -> None:
         self.comp, self.mode, self.tokens = comp, mode, comp.tokens
+        self.leaf_budget = leaf_budget
         self.shapes = Shapes(comp.refs)
         self.rules: dict[str, list[list[str]]] = {}
         self.terminals: dict[str, ByteDFA] = {}
@@ -232,7 +233,7 @@ class GrammarBuilder:
             return None
         target = self._without_type(schema)
         try:
-            with work_budget(LEAF_WORK_STATES):
+            with work_budget(self.leaf_budget):
                 dfa = self.comp.compile(target, 0, self.mode)
                 if cats != CATEGORIES:
                     dfa = intersect(dfa, first_char_dfa(cats))

@@ -17,7 +17,12 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, check_options, schema_to_dfa
 from sgl_runtime.constrained.json_schema.drafts import to_latest
-from sgl_runtime.constrained.json_schema.grammar_form import GrammarBuilder, SchemaGrammar, is_budget_error
+from sgl_runtime.constrained.json_schema.grammar_form import (
+    LEAF_WORK_STATES,
+    GrammarBuilder,
+    SchemaGrammar,
+    is_budget_error,
+)
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.shapes import Shapes
 from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
@@ -76,6 +81,7 @@ def schema_to_grammar(
         tokens = _tokens(whitespace, indent, integral_floats)
         comp = _Compiler(latest, tokens, lenient, 3, 3)
         try:
-            return GrammarBuilder(comp, NORMAL if key_order == "properties" else FREE_ORDER).build(latest)
+            mode = NORMAL if key_order == "properties" else FREE_ORDER
+            return GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states)).build(latest)
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None
