@@ -212,7 +212,8 @@ class GrammarBuilder:
             scalars = self.leaf(self.shapes.scalars(schema), frozenset({SCALAR}))
             if scalars is _NOFLAT:
                 raise ConstraintError(
-                    "JSON Schema too complex: the scalar values of one subschema need too many states"
+                    f"JSON Schema too complex: the scalar values of one subschema need more than {self.leaf_budget} "
+                    f"automaton states or {LEAF_MAX_STATES} DFA states (e.g. a large maxLength)"
                 )
             if scalars is not None:
                 out.append(scalars)

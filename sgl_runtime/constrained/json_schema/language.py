@@ -4,8 +4,9 @@
 - a schema whose flat automaton is exact (`shapes.closed`: no free-form value, no recursive
   `$ref`) compiles flat, unless that exceeds its work budget: then the grammar form;
 - any other schema compiles to the grammar form, exact at any depth; where the grammar form
-  refuses it (e.g. `oneOf` over several large object alternatives), the flat automaton with its
-  documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used if it compiles;
+  refuses a keyword (e.g. `oneOf` over several large object alternatives, not a size limit), the
+  flat automaton with its documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used
+  if it compiles;
 - an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
 """
 
@@ -55,6 +56,8 @@ def compile_schema(schema, **options):
     try:
         return schema_to_grammar(schema, **options)
     except ConstraintError as exc:
+        if is_budget_error(exc):
+            raise  # the flat automaton would need more still
         refused = exc
     try:
         return schema_to_dfa(schema, **options)
