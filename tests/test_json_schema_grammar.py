@@ -94,7 +94,10 @@ TREE = {
     "$defs": {
         "node": {
             "type": "object",
-            "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            "properties": {
+                "value": {"type": "integer"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+            },
             "required": ["value"],
             "additionalProperties": False,
         }
@@ -312,3 +315,33 @@ def test_compile_worker_returns_the_grammar_form():
         assert not constraint.accepts('{"value":1,"children":[{"value":2,"children":[{"value":"3"}]}]}')
     finally:
         cache.shutdown()
+
+
+def test_qwen_tokens_walk_deep_values_and_recursion():
+    from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+    tokenizer = load_qwen2_tokenizer()
+    schema = {
+        "type": "object",
+        "properties": {"tree": {"$ref": "#/$defs/node"}, "meta": {}},
+        "required": ["tree"],
+        "$defs": TREE["$defs"],
+    }
+    constraint = compile_constraint("json_schema", schema, tokenizer)
+    assert isinstance(constraint, GrammarConstraint)
+    eos = tokenizer.eos_token_id
+    rng = random.Random(11)
+    valid = {"tree": random_tree(rng, 7), "meta": {"a": [[[[[[{"b": "c\u00e9"}]]]]]], "n": -1.5}}
+    invalid = {"tree": {"value": 1, "children": [{"value": 2, "children": [{"value": "3"}]}]}, "meta": 1}
+    for instance, ok in ((valid, True), (invalid, False)):
+        ids = tokenizer.encode(compact_json(instance, schema), add_special_tokens=False)
+        matcher, walked = constraint.matcher(), 0
+        for token in ids:
+            if not mask_bits(matcher.bitmask())[token]:
+                break
+            matcher.advance(token)
+            walked += 1
+        if ok:
+            assert walked == len(ids) and matcher.is_accepting() and mask_bits(matcher.bitmask())[eos]
+        else:
+            assert walked < len(ids)

@@ -115,6 +115,7 @@ class GrammarBuilder:
         self.nodes: dict = {}
         self._pending: dict[str, bool] = {}
         self._terms: dict = {}
+        self._by_content: dict = {}
         self._typeless: dict = {}
         self._all_of: dict = {}
         self._count = 0
@@ -146,8 +147,12 @@ class GrammarBuilder:
         """A terminal for `dfa` (the same `key` gives the same terminal)."""
         if key is not None and key in self._terms:
             return self._terms[key][0]
-        name = self.name("T")
-        self.terminals[name] = ByteDFA.from_fsm(to_interegular(dfa))
+        byte_dfa = ByteDFA.from_fsm(to_interegular(dfa))
+        content = (byte_dfa.initial, byte_dfa.transitions.tobytes(), byte_dfa.accepting.tobytes())
+        name = self._by_content.get(content)  # one terminal per language: equal positions share lexer contexts
+        if name is None:
+            name = self._by_content[content] = self.name("T")
+            self.terminals[name] = byte_dfa
         if key is not None:
             self._terms[key] = (name, dfa)
         return name
