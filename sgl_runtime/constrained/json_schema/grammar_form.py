@@ -1,14 +1,15 @@
 """JSON Schema as a pushdown grammar: structure as grammar rules, leaves as flat automata.
 
-`schema_to_grammar(schema, **options) -> SchemaGrammar` accepts the same serialisation as the flat
-compiler (compact JSON or the configured whitespace, declared keys in `properties` order, then
+`GrammarBuilder(comp, mode).build(schema) -> SchemaGrammar` (called by `language.schema_to_grammar`)
+accepts the same serialisation as the flat compiler (compact JSON or the configured whitespace, declared keys in `properties` order, then
 the other keys, canonical strings and numbers) with no depth bound. Every subschema whose flat
 automaton is exact (no free-form value, no recursive `$ref`: `shapes.closed`) and small is ONE
 terminal of the grammar, its byte DFA injected as that terminal's automaton; objects, arrays,
 `$ref` recursion and free-form values that are not become rules. A value position offers at
 most one symbol per category (object, array, scalar), so terminals that could start there are
 disjoint; object keys are tokens `"key":` (with the comma before them after the first member),
-declared keys and the other keys of one object disjoint.
+declared keys and the other keys of one object disjoint. The engine runs the grammar with default
+reductions (grammar/parser.py), so each token is lexed with the terminals of its own position only.
 
 What the grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
 in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*)
