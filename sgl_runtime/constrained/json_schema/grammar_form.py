@@ -26,6 +26,7 @@ from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, li
 from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.presence import presence
 from sgl_runtime.constrained.json_schema.shapes import (
     ARRAY,
     ARRAY_KEYWORDS,
@@ -46,8 +47,10 @@ from sgl_runtime.constrained.json_schema.strings import string_dfa, string_liter
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
 MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
-_TOO_BIG = ("too complex", "too large", "exceeds", "too many")
+# the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
+_TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
 _NOFLAT = object()
+_PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _COMPLEMENTS = {
     OBJECT: ("not", "if", "dependentSchemas", "unevaluatedProperties"),
     ARRAY: ("not", "if", "unevaluatedItems"),
@@ -56,7 +59,7 @@ _COMPLEMENTS = {
 
 def is_budget_error(exc: ConstraintError) -> bool:
     """Whether a flat compile failed on its size rather than on an unsupported keyword."""
-    return any(word in str(exc) for word in _TOO_BIG)
+    return str(exc).startswith(_TOO_BIG)
 
 
 @dataclass
@@ -291,6 +294,14 @@ class GrammarBuilder:
         parts += ["allOf"] if nontrivial else []
         if not parts:
             return grammar_rules.free_form(self, c)
+        condition = self.presence_condition(schema, [p for p in parts if p not in own_keywords], c)
+        if condition is not None and c == OBJECT:
+            return grammar_rules.object_rule(self, schema, condition)
+        if condition is not None:  # on arrays such conditions are constant
+            if not condition[0](frozenset()):
+                return None
+            own = any(k in schema for k in own_keywords)
+            return grammar_rules.array_rule(self, schema) if own else grammar_rules.free_form(self, c)
         if len(parts) > 1:
             raise ConstraintError(
                 f"{' and '.join(parts)}: the grammar form cannot combine these constraints on {c}s "
@@ -326,6 +337,16 @@ class GrammarBuilder:
         raise ConstraintError(
             f"{part}: not supported on {c}s too large for one automaton (the grammar form cannot complement rules)"
         )
+
+    def presence_condition(self, schema: dict, applicators: list, c: str = OBJECT):
+        """(predicate over the present keys, keys it reads) when the in-place applicators of `schema`
+        only ask which keys an object has (presence.py), else None."""
+        if not applicators or any(p not in (*_PRESENCE_APPLICATORS, "$ref") for p in applicators):
+            return None
+        view = {k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema}
+        keys: set = set()
+        predicate = presence(self.shapes, view, keys, category=c)
+        return None if predicate is None else (predicate, keys)
 
     def trivial(self, schema, c: str) -> bool:
         """Whether `schema` says nothing about values of category `c` beyond admitting them."""

@@ -45,12 +45,27 @@ def free_form(b, c: str) -> str:
 
 
 # ---------------------------------------------------------------------- objects
-def object_rule(b, schema: dict) -> str | None:
-    """`{` members `}` for the object keywords of `schema` (None: no valid object)."""
+MAX_CONDITION_BITS = 12
+
+
+def object_rule(b, schema: dict, condition=None) -> str | None:
+    """`{` members `}` for the object keywords of `schema` (None: no valid object); `condition`:
+    (predicate over the set of present keys, the keys it reads), checked where the object closes."""
     spec = _ObjectSpec(b.comp, schema, 0, b.mode)
+    fixed_bits: dict = {}
+    if condition is not None:
+        for key in sorted(condition[1] - set(spec.named)):  # keys to see: tracked like undeclared required keys
+            spec.named.append(key)
+            spec.tracked.append(key)
+        bit = 1 << len(spec.tracked)
+        for key in spec.fixed:
+            if key in condition[1]:
+                fixed_bits[key], bit = bit, bit << 1
+        if bit > 1 << MAX_CONDITION_BITS:
+            raise ConstraintError(f"object: more than {MAX_CONDITION_BITS} keys decide its anyOf/oneOf/if conditions")
     values = {k: _named_value(b, spec, k) for k in spec.named}
     extras = _extra_pairs(b, spec)
-    builder = _Members(b, spec, values, extras)
+    builder = _Members(b, spec, values, extras, condition, fixed_bits)
     return builder.build()
 
 
@@ -91,8 +106,9 @@ class _Members:
     """Left-linear rules over the member automaton's states (i, count, seen mask): i is the index
     of the next declared key that may come (`spec.fixed`), all of them written before the others."""
 
-    def __init__(self, b, spec, values: dict, extras: list) -> None:
+    def __init__(self, b, spec, values: dict, extras: list, condition=None, fixed_bits=None) -> None:
         self.b, self.spec, self.values, self.extras = b, spec, values, extras
+        self.condition, self.fixed_bits = condition, fixed_bits or {}
         self.names: dict = {}
         self.work: list = []
         self.rules: dict = {}
@@ -118,7 +134,9 @@ class _Members:
         for j in range(i, len(spec.fixed)):
             key = spec.fixed[j]
             if self.values[key] is not None:
-                out.append((b.named_key(key, first), self.values[key], (j + 1, nxt, mask)))
+                out.append(
+                    (b.named_key(key, first), self.values[key], (j + 1, nxt, mask | self.fixed_bits.get(key, 0)))
+                )
             if key in spec.required or not first:
                 break  # from a non-initial state, later keys are reached through the skip rules
         if not self.optional_from(i) or (not first and i < len(spec.fixed)):
@@ -130,11 +148,20 @@ class _Members:
             out.append((b.key(keys, first, ident), value, (len(spec.fixed), nxt, mask)))
         return out
 
+    def final(self, count: int, mask: int) -> bool:
+        if not self.spec._final(count, mask):
+            return False
+        if self.condition is None:
+            return True
+        present = {k for t, k in enumerate(self.spec.tracked) if mask >> t & 1}
+        present |= {k for k, bit in self.fixed_bits.items() if mask & bit}
+        return self.condition[0](frozenset(present))
+
     def build(self) -> str | None:
         b, spec = self.b, self.spec
         lbrace, rbrace = b.punct("LBRACE"), b.punct("RBRACE")
         alternatives = []
-        if self.optional_from(0) and spec._final(0, 0):
+        if self.optional_from(0) and self.final(0, 0):
             alternatives.append([lbrace, rbrace])
         for term, value, dst in self.edges(0, 0, 0):
             self.rules[self.state(dst)].append([term, value])
@@ -145,7 +172,7 @@ class _Members:
                 self.rules[self.state(dst)].append([name, term, value])
             if i < len(spec.fixed) and spec.fixed[i] not in spec.required:
                 self.rules[self.state((i + 1, count, mask))].append([name])  # skip the optional key
-            if i == len(spec.fixed) and spec._final(count, mask):
+            if i == len(spec.fixed) and self.final(count, mask):
                 alternatives.append([lbrace, name, rbrace])
         if not alternatives:
             return None
