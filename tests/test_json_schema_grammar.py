@@ -399,3 +399,28 @@ def test_qwen_tokens_walk_deep_values_and_recursion():
             assert walked == len(ids) and matcher.is_accepting() and mask_bits(matcher.bitmask())[eos]
         else:
             assert walked < len(ids)
+
+
+def test_the_compile_thread_part_of_the_grammar_form_is_timed(monkeypatch):
+    """The worker returns the grammar text; the lark tables are built in the cache's thread, which the
+    compile timeout still bounds."""
+    import time
+
+    from sgl_runtime.constrained.cache import ConstraintCache
+    from sgl_runtime.constrained.errors import ConstraintTimeout
+
+    original = SchemaGrammar.constraint
+
+    def slow_constraint(self, vocabulary, **options):
+        time.sleep(4)
+        return original(self, vocabulary, **options)
+
+    vocab = make_vocab(MASK_TOKENS)
+    cache = ConstraintCache(_Tok(vocab), compile_workers=1, compile_timeout=1.5)
+    try:
+        cache.start_workers(wait=True)
+        monkeypatch.setattr(SchemaGrammar, "constraint", slow_constraint)
+        with pytest.raises(ConstraintTimeout):
+            cache.get("json_schema", TREE)
+    finally:
+        cache.shutdown()
