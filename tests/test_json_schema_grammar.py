@@ -245,6 +245,13 @@ PRESENCE_SCHEMAS = [
         "allOf": [{"$ref": "#/$defs/r"}],
         "$defs": {"r": {"required": ["b"]}},
     },
+    {  # a $ref beside properties resolves against the schema's own $id
+        "$id": "https://example.com/root",
+        "type": "object",
+        "properties": {"a": {}},
+        "anyOf": [{"$ref": "#/$defs/r"}, {"required": ["q"]}],
+        "$defs": {"r": {"required": ["b"]}},
+    },
 ]
 
 

@@ -343,7 +343,8 @@ class GrammarBuilder:
         only ask which keys an object has (presence.py), else None."""
         if not applicators or any(p not in (*_PRESENCE_APPLICATORS, "$ref") for p in applicators):
             return None
-        view = {k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema}
+        view = self.shapes.keep({k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema})
+        self.comp.refs.base_of[id(view)] = self.comp.refs.base(schema)  # its $ref resolves where schema's does
         keys: set = set()
         predicate = presence(self.shapes, view, keys, category=c)
         return None if predicate is None else (predicate, keys)
