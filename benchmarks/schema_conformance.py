@@ -1,7 +1,8 @@
 """Usage: python benchmarks/schema_conformance.py [--suite DIR] [--verbose]
 
-Runs the JSON-Schema-Test-Suite (draft2020-12, required tests) through schema_to_fsm: each
-instance is serialised compactly (schema key order) and checked for FSM acceptance. Prints a
+Runs the JSON-Schema-Test-Suite (draft2020-12, required tests) through compile_schema (the flat
+automaton or the grammar form, as json_schema constraints compile): each instance is serialised
+compactly (schema key order) and checked for acceptance. Prints a
 JSON line and a per-file table: correct, false accepts (must be 0), false rejects, unsupported.
 """
 
@@ -15,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+from sgl_runtime.constrained.json_schema.language import compile_schema
 from sgl_runtime.constrained.json_schema.serialize import compact_json
 
 DEFAULT_SUITE = Path(__file__).resolve().parents[1].parent / "shared/data/json-schema-test-suite/draft2020-12"
@@ -25,7 +26,7 @@ OUTCOMES = ("correct", "false_accept", "false_reject", "unsupported")
 def run_case(case: dict) -> list[tuple[str, dict, str]]:
     """[(outcome, test, detail)] for every instance of one test case."""
     try:
-        dfa = schema_to_dfa(case["schema"], integral_floats=True)  # instances such as 1.0 dump as "1.0"
+        dfa = compile_schema(case["schema"], integral_floats=True)  # instances such as 1.0 dump as "1.0"
     except ConstraintError as exc:
         return [("unsupported", t, str(exc)) for t in case["tests"]]
     out = []

@@ -3,7 +3,9 @@
 This is the one place a constraint is compiled, once per (kind, spec, options). The scheduler
 calls `submit` and polls the future, so one slow compile never stalls the running batch.
 Regular kinds build their DFA in killable worker processes when `compile_workers` > 0
-(compile_workers.py); grammars compile in a worker thread. A compile that outlives
+(compile_workers.py); grammars compile in a worker thread, and so does the last step of a JSON
+Schema in the grammar form (the worker returns its grammar text and leaf DFAs; lark's tables
+do not pickle). A compile that outlives
 `compile_timeout` fails its requests with ConstraintError and is forgotten, so the next request
 with that spec tries again: a timeout is a verdict on one attempt, not on the spec.
 """
@@ -17,8 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Optional
 
 from sgl_runtime.constrained.compile_workers import CompileWorkers
-from sgl_runtime.constrained.compiler import DFA_KINDS, compile_constraint, resolve_tokenizer
-from sgl_runtime.constrained.constraint import Constraint, DFAConstraint
+from sgl_runtime.constrained.compiler import DFA_KINDS, compile_constraint, resolve_tokenizer, wrap_built
+from sgl_runtime.constrained.constraint import Constraint
 from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
 
 
@@ -63,7 +65,9 @@ class ConstraintCache:
             while len(self._entries) > self.max_size:
                 self._entries.popitem(last=False)
         self._pool.submit(self._compile, result, kind, spec, options)
-        if self._processes is None or kind not in DFA_KINDS:  # a compile process times itself out
+        # a compile process times itself out, but the grammar form of a JSON Schema finishes in
+        # this process (lark tables), so a json_schema compile is timed here too
+        if self._processes is None or kind not in DFA_KINDS or kind == "json_schema":
             timer = threading.Timer(self.compile_timeout, self._expire, (key, result, kind))
             timer.daemon = True
             timer.start()
@@ -100,8 +104,8 @@ class ConstraintCache:
             return
         try:
             if self._processes is not None and kind in DFA_KINDS:
-                dfa, description = self._processes.build(kind, spec, options)
-                constraint = DFAConstraint(dfa, self._vocabulary(), description)
+                built, description = self._processes.build(kind, spec, options)
+                constraint = wrap_built(built, self._vocabulary(), description)
             else:
                 constraint = compile_constraint(
                     kind, spec, self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=self.eos_token_ids, **options

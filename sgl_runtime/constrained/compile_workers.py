@@ -22,7 +22,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.errors import ConstraintError, ConstraintTimeout
 
 logger = logging.getLogger(__name__)
@@ -32,7 +31,7 @@ WORKER_START_S = 60.0
 
 
 class CompileWorkers:
-    """`build(kind, spec, options) -> (ByteDFA, description)` in one of `num_workers` processes."""
+    """`build(kind, spec, options) -> (ByteDFA or SchemaGrammar, description)` in one of `num_workers` processes."""
 
     def __init__(self, num_workers: int, timeout: float) -> None:
         if num_workers < 1 or timeout <= 0:
@@ -52,8 +51,9 @@ class CompileWorkers:
                 self._workers.append(worker)
                 self._idle.put(worker)
 
-    def build(self, kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
-        """Blocking; ConstraintError for a bad spec, a timeout or a worker that died on it."""
+    def build(self, kind: str, spec: Any, options: dict) -> tuple[Any, str]:
+        """Blocking; ConstraintError for a bad spec, a timeout or a worker that died on it. The
+        result is a ByteDFA, or a JSON Schema's SchemaGrammar (see compiler.build_dfa)."""
         self.start()
         while True:
             worker = self._idle.get()
@@ -133,7 +133,7 @@ class _Worker:
                 raise ConstraintError("the constraint compile worker failed to start")
             self._ready = True
 
-    def build(self, kind: str, spec: Any, options: dict, timeout: float) -> tuple[ByteDFA, str]:
+    def build(self, kind: str, spec: Any, options: dict, timeout: float) -> tuple[Any, str]:
         if not self._ready:
             try:
                 self.wait_ready()

@@ -1,7 +1,8 @@
 """Dispatches a constraint spec of a given kind to its compiler and wraps the result.
 
-regex and choices compile here; json_schema goes to `json_schema.schema_to_fsm` (a character
-FSM, then the same byte DFA path); structural_tag (free text with trigger-activated constrained
+regex and choices compile here; json_schema goes to `json_schema.language.compile_schema` (a
+character FSM, then the same byte DFA path, or the grammar form: a lark grammar whose leaves are
+byte DFAs); structural_tag (free text with trigger-activated constrained
 regions) goes to `triggered`; grammar goes to `grammar.compile_grammar`.
 """
 
@@ -66,12 +67,22 @@ def compile_constraint(
         _no_options(kind, options)
         return _structural_tag(spec, vocabulary, max_states)
     dfa, description = build_dfa(kind, spec, options)
-    return DFAConstraint(dfa, vocabulary, description)
+    return wrap_built(dfa, vocabulary, description)
 
 
-def build_dfa(kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
+def wrap_built(built: Any, vocabulary: Vocabulary, description: str) -> Constraint:
+    """The constraint over `vocabulary` of what `build_dfa` built: a ByteDFA, or the grammar form of
+    a JSON Schema (a SchemaGrammar, whose lark tables are built here, in the caller's thread)."""
+    if isinstance(built, ByteDFA):
+        return DFAConstraint(built, vocabulary, description)
+    return built.constraint(vocabulary)
+
+
+def build_dfa(kind: str, spec: Any, options: dict) -> tuple[Any, str]:
     """(byte DFA, description) of a regular constraint (regex, choices, json_schema): the
-    expensive, tokenizer-independent part of its compilation."""
+    expensive, tokenizer-independent part of its compilation. A JSON Schema that needs the
+    pushdown form gives a `SchemaGrammar` (grammar text and its leaves' byte DFAs, picklable)
+    instead of the byte DFA."""
     options = dict(options)
     max_states = options.pop("max_states", DEFAULT_MAX_STATES)
     if kind == "regex":
@@ -84,7 +95,10 @@ def build_dfa(kind: str, spec: Any, options: dict) -> tuple[ByteDFA, str]:
         if isinstance(spec, JsonSchemaSpec):  # a request's json_schema with its json_schema_options
             options = {**spec.options.compile_options(), **options}
             spec = spec.schema
-        dfa, description = _schema_dfa(spec, options, max_states), "json_schema"
+        built, description = _schema_dfa(spec, options, max_states), "json_schema"
+        if not isinstance(built, ByteDFA):
+            return built, description
+        dfa = built
     else:
         raise ConstraintError(f"{kind} constraints have no DFA")
     if dfa.is_empty():
@@ -108,7 +122,7 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
         return _tokenizers_by_path[path]
 
 
-def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
+def _schema_dfa(spec: Any, options: dict, max_states: int) -> Any:
     unknown = set(options) - _SCHEMA_OPTIONS
     if unknown:
         raise ConstraintError(f"unknown json_schema option(s): {', '.join(sorted(unknown))}")
@@ -119,9 +133,13 @@ def _schema_dfa(spec: Any, options: dict, max_states: int) -> ByteDFA:
             raise ConstraintError(f"json_schema is not valid JSON: {exc}") from None
     if not isinstance(spec, (dict, bool)):
         raise ConstraintError(f"json_schema must be an object or a boolean, got {type(spec).__name__}")
-    from sgl_runtime.constrained.json_schema.compiler import schema_to_fsm
+    from sgl_runtime.constrained.automata import Dfa, to_interegular
+    from sgl_runtime.constrained.json_schema.language import compile_schema
 
-    return ByteDFA.from_fsm(schema_to_fsm(spec, **options), max_states=max_states)
+    compiled = compile_schema(spec, **options)
+    if not isinstance(compiled, Dfa):
+        return compiled  # the grammar form
+    return ByteDFA.from_fsm(to_interegular(compiled), max_states=max_states)
 
 
 def _structural_tag(spec: Any, vocabulary: Vocabulary, max_states: int) -> DFAConstraint:

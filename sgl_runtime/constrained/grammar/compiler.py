@@ -56,11 +56,16 @@ class GrammarConstraint(Constraint):
         warmup_s: float = 1.0,
         mask_cache_size: int = 512,
         syntax: Optional[str] = None,
+        terminal_dfas: Optional[dict] = None,
+        default_reductions: bool = False,
     ) -> None:
+        """terminal_dfas, default_reductions: see GrammarEngine (used by JSON Schema grammars)."""
         self.spec = spec
         self.vocabulary = vocabulary
         self.lark = build_parser(spec, syntax, start)
-        self.engine = GrammarEngine(self.lark, start, max_ignore_bytes, max_ignored_run)
+        self.engine = GrammarEngine(
+            self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions
+        )
         self.table = TokenTable(vocabulary.token_bytes)
         self.masks = MaskBuilder(self.engine, self.table)
         self.forced = ForcedTokens(self)

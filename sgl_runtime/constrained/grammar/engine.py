@@ -40,11 +40,22 @@ class GrammarState:
 class GrammarEngine:
     """Lexer contexts, parser stacks and the scalar byte-level semantics of one grammar."""
 
-    def __init__(self, parser, start: str = "start", max_ignore_bytes: int = 32, max_ignored_run: int = 4) -> None:
+    def __init__(
+        self,
+        parser,
+        start: str = "start",
+        max_ignore_bytes: int = 32,
+        max_ignored_run: int = 4,
+        terminal_dfas: Optional[dict] = None,
+        default_reductions: bool = False,
+    ) -> None:
+        """terminal_dfas: {terminal name: ByteDFA} used as those terminals' automata instead of
+        their lark patterns (placeholders then), e.g. a JSON Schema's leaves compiled flat.
+        default_reductions: see LalrStacks (lexer contexts of the shifting state, not lark's)."""
         if max_ignore_bytes < 1 or max_ignored_run < 1:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
-        self.parser = LalrStacks(parser, start)
+        self.parser = LalrStacks(parser, start, default_reductions=default_reductions)
         self.type_names = [t.name for t in parser.terminals]
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
         self.poison = len(self.type_names)
@@ -66,7 +77,7 @@ class GrammarEngine:
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
         self._contexts: dict[int, LexerContext] = {}
-        self._dfa_cache: dict = {}
+        self._dfa_cache: dict = dict(terminal_dfas or {})
         self._allowed: dict = {}
         self._validate()
         self.initial = GrammarState(self.parser.initial, 0, self.context(self.parser.initial).initial, b"")

@@ -4,6 +4,12 @@
 lark's `ParserState.feed_token` would perform, or None where lark raises `UnexpectedToken`.
 Stacks are tuples, so they key caches directly; `accepted(stack)` is the set of terminals that
 truly advance the parser (the reductions are simulated, as in lark's `InteractiveParser.accepts`).
+
+With `default_reductions`, a state whose every action is the same reduction is reduced at once
+after each shift (what any lookahead would do), so the stack's top state, whose terminals make
+the next token's lexer context, is one that shifts: its context holds only the terminals of that
+position, not the union of lookaheads LALR merges into a shared completed rule (generated JSON
+Schema grammars rely on this; a lark grammar keeps lark's contexts).
 """
 
 from __future__ import annotations
@@ -20,11 +26,20 @@ Stack = tuple
 class LalrStacks:
     """Feeds terminal names to LALR stacks built from a `lark.Lark` (parser="lalr")."""
 
-    def __init__(self, parser, start: str = "start", cache_size: int = 65536) -> None:
+    def __init__(self, parser, start: str = "start", cache_size: int = 65536, default_reductions: bool = False) -> None:
         table = parser.parser.parser.parser.parse_table
         self.states = table.states  # {state: {symbol: (action, arg)}}
-        self.initial: Stack = (table.start_states[start],)
+        self.start = start
         self.end_state = table.end_states[start]
+        self._uniform: dict = {}
+        if default_reductions:
+            for state, row in self.states.items():
+                actions = {id(arg) for kind, arg in row.values() if kind is not Shift}
+                if row and len(actions) == 1 and all(kind is not Shift for kind, _ in row.values()):
+                    rule = next(iter(row.values()))[1]
+                    if rule.origin.name != start:
+                        self._uniform[state] = rule
+        self.initial: Stack = self._settle([table.start_states[start]])
         self._accepted: OrderedDict = OrderedDict()
         self._cache_size = cache_size
 
@@ -39,13 +54,25 @@ class LalrStacks:
             kind, arg = action
             if kind is Shift:
                 st.append(arg)
-                return tuple(st)
+                return self._settle(st)
             size = len(arg.expansion)
             if size:
                 del st[-size:]
             st.append(states[st[-1]][arg.origin.name][1])
             if terminal == END and st[-1] == self.end_state:
                 return tuple(st)
+
+    def _settle(self, st: list) -> Stack:
+        """Apply the default reductions (none unless enabled) to the stack list `st`."""
+        states, uniform = self.states, self._uniform
+        rule = uniform.get(st[-1])
+        while rule is not None:
+            size = len(rule.expansion)
+            if size:
+                del st[-size:]
+            st.append(states[st[-1]][rule.origin.name][1])
+            rule = uniform.get(st[-1])
+        return tuple(st)
 
     def accepts_end(self, stack: Stack) -> bool:
         """Whether the input may end here."""

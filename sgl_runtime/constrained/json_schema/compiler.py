@@ -129,12 +129,7 @@ def schema_to_dfa(
             schema = json.loads(schema)
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
-    if not isinstance(integral_floats, bool):
-        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
-    if integral_floats and declared_draft(schema) == "draft-04":
-        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
-    if key_order not in ("properties", "any"):
-        raise ConstraintError(f"key_order: expected 'properties' or 'any', got {key_order!r}")
+    check_options(schema, integral_floats, key_order)
     schema = to_latest(schema)
     with work_budget(max_work_states), numbers.integral_floats(integral_floats):
         tokens = _tokens(whitespace, indent, integral_floats)
@@ -143,6 +138,15 @@ def schema_to_dfa(
             return compiler.compile(schema, 0, NORMAL if key_order == "properties" else FREE_ORDER)
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None
+
+
+def check_options(schema, integral_floats, key_order) -> None:
+    if not isinstance(integral_floats, bool):
+        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
+    if integral_floats and declared_draft(schema) == "draft-04":
+        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
+    if key_order not in ("properties", "any"):
+        raise ConstraintError(f"key_order: expected 'properties' or 'any', got {key_order!r}")
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,0 +1,363 @@
+"""JSON Schema as a pushdown grammar: structure as grammar rules, leaves as flat automata.
+
+`GrammarBuilder(comp, mode).build(schema) -> SchemaGrammar` (called by `language.schema_to_grammar`)
+accepts the same serialisation as the flat compiler (compact JSON or the configured whitespace, declared keys in `properties` order, then
+the other keys, canonical strings and numbers) with no depth bound. Every subschema whose flat
+automaton is exact (no free-form value, no recursive `$ref`: `shapes.closed`) and small is ONE
+terminal of the grammar, its byte DFA injected as that terminal's automaton; objects, arrays,
+`$ref` recursion and free-form values that are not become rules. A value position offers at
+most one symbol per category (object, array, scalar), so terminals that could start there are
+disjoint; object keys are tokens `"key":` (with the comma before them after the first member),
+declared keys and the other keys of one object disjoint. The engine runs the grammar with default
+reductions (grammar/parser.py), so each token is lexed with the terminals of its own position only.
+
+What the grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
+in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*)
+that combine several constraints on objects or arrays too large for one automaton,
+`contains`, `uniqueItems` (ignored with lenient=True) and `$dynamicRef` there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, literal, to_interegular, work_budget
+from sgl_runtime.constrained.automata_ops import concat, intersect
+from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.presence import presence
+from sgl_runtime.constrained.json_schema.shapes import (
+    ARRAY,
+    ARRAY_KEYWORDS,
+    CATEGORIES,
+    DYNAMIC,
+    OBJECT,
+    OBJECT_KEYWORDS,
+    SCALAR,
+    SCALAR_KEYWORDS,
+    Shapes,
+    literals,
+    members,
+    types_of,
+    whole_categories,
+)
+from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
+
+LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
+LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
+MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
+# the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
+_TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
+_NOFLAT = object()
+_PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+_COMPLEMENTS = {
+    OBJECT: ("not", "if", "dependentSchemas", "unevaluatedProperties"),
+    ARRAY: ("not", "if", "unevaluatedItems"),
+}
+
+
+def is_budget_error(exc: ConstraintError) -> bool:
+    """Whether a flat compile failed on its size rather than on an unsupported keyword."""
+    return str(exc).startswith(_TOO_BIG)
+
+
+@dataclass
+class SchemaGrammar:
+    """A lark grammar whose terminals are placeholders for the byte DFAs in `terminals`."""
+
+    text: str
+    terminals: dict
+    _engine: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {"text": self.text, "terminals": self.terminals, "_engine": None}
+
+    def constraint(self, vocabulary, **options):
+        from sgl_runtime.constrained.grammar.compiler import GrammarConstraint
+
+        return GrammarConstraint(
+            self.text, vocabulary, syntax="lark", terminal_dfas=self.terminals, default_reductions=True, **options
+        )
+
+    def engine(self):
+        if self._engine is None:
+            from sgl_runtime.constrained.grammar.engine import GrammarEngine
+            from sgl_runtime.constrained.grammar.source import build_lark
+
+            self._engine = GrammarEngine(build_lark(self.text), terminal_dfas=self.terminals, default_reductions=True)
+        return self._engine
+
+    def accepts(self, text: str) -> bool:
+        """Whether `text` is in the language (no vocabulary needed)."""
+        engine = self.engine()
+        state = engine.feed(engine.initial, text.encode("utf-8"))
+        return state is not None and engine.at_eof(state)
+
+
+def first_char_dfa(cats: frozenset) -> Dfa:
+    """Strings whose first character starts a value of one of `cats`."""
+    first: Charset = charset("")
+    if OBJECT in cats:
+        first = first | charset("{")
+    if ARRAY in cats:
+        first = first | charset("[")
+    if SCALAR in cats:
+        first = first | ~charset("{[")
+    return Dfa((((first, 1),), ((ANY_CHAR, 1),)), frozenset({1}))
+
+
+class GrammarBuilder:
+    """Translates one schema document, compiling leaves with the flat compiler `comp`."""
+
+    def __init__(self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES) -> None:
+        self.comp, self.mode, self.tokens = comp, mode, comp.tokens
+        self.leaf_budget = leaf_budget
+        self.shapes = Shapes(comp.refs)
+        self.rules: dict[str, list[list[str]]] = {}
+        self.terminals: dict[str, ByteDFA] = {}
+        self.nodes: dict = {}
+        self._pending: dict[str, bool] = {}
+        self._terms: dict = {}
+        self._by_content: dict = {}
+        self._typeless: dict = {}
+        self._all_of: dict = {}
+        self._count = 0
+
+    # ------------------------------------------------------------------ output
+    def build(self, schema) -> SchemaGrammar:
+        from sgl_runtime.constrained.json_schema.grammar_rules import free_form  # noqa: F401 - warm import
+
+        root = self.node(schema)
+        if root is None:
+            raise ConstraintError("the json_schema constraint matches no value at all")
+        lines = [f"start: {root}"]
+        lines += [f"{name}: " + " | ".join(" ".join(alt) for alt in alts) for name, alts in self.rules.items()]
+        lines += [f'{name}: "<{name}>"' for name in self.terminals]
+        return SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals))
+
+    def name(self, prefix: str) -> str:
+        self._count += 1
+        if self._count > MAX_SYMBOLS:
+            raise ConstraintError(f"JSON Schema grammar too large (more than {MAX_SYMBOLS} rules and terminals)")
+        return f"{prefix}{self._count}"
+
+    def rule(self, alternatives: list[list[str]], name: Optional[str] = None) -> str:
+        name = name or self.name("r")
+        self.rules[name] = alternatives
+        return name
+
+    def terminal(self, dfa: Dfa, key=None) -> str:
+        """A terminal for `dfa` (the same `key` gives the same terminal)."""
+        if key is not None and key in self._terms:
+            return self._terms[key][0]
+        byte_dfa = ByteDFA.from_fsm(to_interegular(dfa))
+        content = (byte_dfa.initial, byte_dfa.transitions.tobytes(), byte_dfa.accepting.tobytes())
+        name = self._by_content.get(content)  # one terminal per language: equal positions share lexer contexts
+        if name is None:
+            name = self._by_content[content] = self.name("T")
+            self.terminals[name] = byte_dfa
+        if key is not None:
+            self._terms[key] = (name, dfa)
+        return name
+
+    def punct(self, which: str) -> str:
+        """LBRACE, RBRACE, LBRACKET, RBRACKET or COMMA, with the configured whitespace."""
+        if which not in self.terminals:
+            dfa = getattr(self.tokens, which.lower())
+            self.terminals[which] = ByteDFA.from_fsm(to_interegular(dfa))
+        return which
+
+    def key(self, keys: Dfa, first: bool, ident) -> str:
+        """The token `[,] key :` for the key language `keys` (`ident` names it for sharing)."""
+        parts = ([] if first else [self.tokens.comma]) + [keys, self.tokens.colon]
+        return self.terminal(concat(*parts), ("key", ident, first))
+
+    def named_key(self, name: str, first: bool) -> str:
+        return self.key(literal(string_literal(name)), first, ("name", name))
+
+    # ------------------------------------------------------------------ nodes
+    def node(self, schema, cats: frozenset = CATEGORIES) -> Optional[str]:
+        """The symbol of `schema`'s values of categories `cats` (None: there are none)."""
+        cats = cats & self.shapes.admits(schema)
+        if not cats:
+            return None
+        key = (id(schema), cats)
+        if key in self.nodes:
+            found = self.nodes[key]
+            if found in self._pending:
+                self._pending[found] = True  # referenced from inside itself: stays a rule
+            return found
+        name = self.name("r")
+        self.nodes[key] = name
+        self._pending[name] = False
+        try:
+            alts = self._expand(schema, cats)
+        finally:
+            recursive = self._pending.pop(name)
+        if not alts and not recursive:
+            self.nodes[key] = None
+            return None
+        if len(alts) == 1 and not recursive:
+            self.nodes[key] = alts[0]
+            return alts[0]
+        self.rule([[a] for a in alts] or [[self.never()]], name)
+        return name
+
+    def never(self) -> str:
+        return self.terminal(Dfa(((),), frozenset()), ("never",))
+
+    def _expand(self, schema, cats: frozenset) -> list[str]:
+        from sgl_runtime.constrained.json_schema import grammar_rules
+
+        if schema is True:
+            return [grammar_rules.free_form(self, c) for c in (SCALAR, OBJECT, ARRAY) if c in cats]
+        if self.shapes.closed(schema):
+            leaf = self.leaf(schema, cats)
+            if leaf is not _NOFLAT:
+                return [leaf] if leaf is not None else []
+        out = []
+        if SCALAR in cats:
+            scalars = self.leaf(self.shapes.scalars(schema), frozenset({SCALAR}))
+            if scalars is _NOFLAT:
+                raise ConstraintError(
+                    f"JSON Schema too complex: the scalar values of one subschema need more than {self.leaf_budget} "
+                    f"automaton states or {LEAF_MAX_STATES} DFA states (e.g. a large maxLength)"
+                )
+            if scalars is not None:
+                out.append(scalars)
+        for c in (OBJECT, ARRAY):
+            if c in cats:
+                symbol = self.container(schema, c)
+                if symbol is not None:
+                    out.append(symbol)
+        return out
+
+    def leaf(self, schema, cats: frozenset):
+        """ONE terminal for the flat automaton of `schema` restricted to `cats`; None when that is
+        empty, _NOFLAT when it is too large (the caller then builds rules)."""
+        if schema is False:
+            return None
+        cats = cats & self.shapes.admits(schema)
+        if not cats:
+            return None
+        target = self._without_type(schema)
+        try:
+            with work_budget(self.leaf_budget):
+                dfa = self.comp.compile(target, 0, self.mode)
+                if cats != CATEGORIES:
+                    dfa = intersect(dfa, first_char_dfa(cats))
+            if dfa.is_empty():
+                return None
+            if dfa.num_states > LEAF_MAX_STATES:
+                return _NOFLAT
+            return self.terminal(dfa)
+        except ConstraintError as exc:
+            if is_budget_error(exc):
+                return _NOFLAT
+            raise
+
+    def _without_type(self, schema):
+        """`schema` without its `type` when it has no keyword of its own (only applicators): the
+        flat compiler then leaves its own free-form part out, and `leaf` restricts the categories."""
+        if not isinstance(schema, dict) or "type" not in schema:
+            return schema
+        own = [k for k in schema if k in OBJECT_KEYWORDS or k in ARRAY_KEYWORDS]
+        if own or not any(k in schema for k in ("$ref", "allOf", "anyOf", "oneOf")) or literals(schema) is not None:
+            return schema
+        if any(k in schema for k in SCALAR_KEYWORDS) or not whole_categories(types_of(schema)):
+            return schema
+        if id(schema) not in self._typeless:
+            copy = {k: v for k, v in schema.items() if k != "type"}
+            self.comp.refs.base_of[id(copy)] = self.comp.refs.base(schema)
+            self._typeless[id(schema)] = (schema, copy)
+        return self._typeless[id(schema)][1]
+
+    def all_of(self, schemas: list):
+        """One schema for the intersection of `schemas` (the same list gives the same object)."""
+        if len(schemas) == 1:
+            return schemas[0]
+        key = tuple(id(s) for s in schemas)
+        if key not in self._all_of:
+            self._all_of[key] = (schemas, self.shapes.keep({"allOf": list(schemas)}))
+        return self._all_of[key][1]
+
+    # ------------------------------------------------------------------ containers
+    def container(self, schema: dict, c: str) -> Optional[str]:
+        """The symbol of `schema`'s objects (c = OBJECT) or arrays (ARRAY), as rules."""
+        from sgl_runtime.constrained.json_schema import grammar_rules
+
+        own_keywords = OBJECT_KEYWORDS if c == OBJECT else ARRAY_KEYWORDS
+        parts: list[str] = [k for k in own_keywords if k in schema][:1]
+        parts += [k for k in (*_COMPLEMENTS[c], *DYNAMIC, "$ref", "anyOf", "oneOf", "enum", "const") if k in schema]
+        nontrivial = [m for m in members(schema, "allOf") if not self.trivial(m, c)]
+        parts += ["allOf"] if nontrivial else []
+        if not parts:
+            return grammar_rules.free_form(self, c)
+        condition = self.presence_condition(schema, [p for p in parts if p not in own_keywords], c)
+        if condition is not None and c == OBJECT:
+            return grammar_rules.object_rule(self, schema, condition)
+        if condition is not None:  # on arrays such conditions are constant
+            if not condition[0](frozenset()):
+                return None
+            own = any(k in schema for k in own_keywords)
+            return grammar_rules.array_rule(self, schema) if own else grammar_rules.free_form(self, c)
+        if len(parts) > 1:
+            raise ConstraintError(
+                f"{' and '.join(parts)}: the grammar form cannot combine these constraints on {c}s "
+                "(the subschema is too large for one automaton)"
+            )
+        part = parts[0]
+        cats = frozenset({c})
+        if part in own_keywords:
+            return grammar_rules.object_rule(self, schema) if c == OBJECT else grammar_rules.array_rule(self, schema)
+        if part == "$ref":
+            return self.node(self.shapes.target(schema), cats)
+        if part == "allOf":
+            if len(nontrivial) == 1:
+                return self.node(nontrivial[0], cats)
+            raise ConstraintError(
+                f"allOf: {len(nontrivial)} subschemas constrain {c}s and together are too large for one automaton "
+                "(the grammar form cannot intersect rules)"
+            )
+        if part in ("anyOf", "oneOf"):
+            branches = [b for b in members(schema, part) if c in self.shapes.admits(b)]
+            if len(branches) <= 1:
+                return self.node(branches[0], cats) if branches else None
+            if all(self.shapes.closed(b) for b in branches):
+                leaf = self.leaf(self.shapes.keep({part: branches}), cats)
+                if leaf is not _NOFLAT:
+                    return leaf
+            raise ConstraintError(
+                f"{part}: {len(branches)} alternatives allow {c}s and are too large to merge into one automaton "
+                "(the grammar form needs at most one alternative per JSON type)"
+            )
+        if part in DYNAMIC:
+            raise ConstraintError(f"{part}: not supported where the schema needs the grammar form")
+        raise ConstraintError(
+            f"{part}: not supported on {c}s too large for one automaton (the grammar form cannot complement rules)"
+        )
+
+    def presence_condition(self, schema: dict, applicators: list, c: str = OBJECT):
+        """(predicate over the present keys, keys it reads) when the in-place applicators of `schema`
+        only ask which keys an object has (presence.py), else None."""
+        if not applicators or any(p not in (*_PRESENCE_APPLICATORS, "$ref") for p in applicators):
+            return None
+        view = self.shapes.keep({k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema})
+        self.comp.refs.base_of[id(view)] = self.comp.refs.base(schema)  # its $ref resolves where schema's does
+        keys: set = set()
+        predicate = presence(self.shapes, view, keys, category=c)
+        return None if predicate is None else (predicate, keys)
+
+    def trivial(self, schema, c: str) -> bool:
+        """Whether `schema` says nothing about values of category `c` beyond admitting them."""
+        if schema is True:
+            return True
+        if not isinstance(schema, dict) or c not in self.shapes.admits(schema):
+            return False
+        own = OBJECT_KEYWORDS if c == OBJECT else ARRAY_KEYWORDS
+        keywords = (*own, *_COMPLEMENTS[c], *DYNAMIC, "$ref", "allOf", "anyOf", "oneOf", "enum", "const")
+        return not any(k in schema for k in keywords)
+
+    def string_keys(self) -> Dfa:
+        return string_dfa()

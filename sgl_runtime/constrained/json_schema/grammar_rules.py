@@ -1,0 +1,222 @@
+"""The rules of the grammar form (grammar_form.py): free-form values, objects and arrays.
+
+Member lists are left-recursive (the parser stack stays flat however long the object or array),
+one nonterminal per state of the member automaton: for objects (next declared key, member count,
+keys seen) as in the flat compiler's objects.py, for arrays the item position.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from sgl_runtime.constrained.automata import literal
+from sgl_runtime.constrained.automata_ops import difference, intersect, union
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.numbers import number_universe
+from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
+from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
+from sgl_runtime.constrained.json_schema.strings import (
+    any_content,
+    encode_content,
+    literals_dfa,
+    pattern_content,
+    string_dfa,
+    string_literal,
+)
+from sgl_runtime.constrained.json_schema.values import count_keyword
+
+MAX_ARRAY_POSITIONS = 512
+
+
+def free_form(b, c: str) -> str:
+    """Any JSON value of category `c`, nested to any depth."""
+    if "ff_value" not in b.rules:
+        scalars = union(literal("null"), literal("true"), literal("false"), number_universe(), string_dfa())
+        scalar = b.terminal(scalars, ("free", SCALAR))
+        lbrace, rbrace, lbracket, rbracket = (b.punct(p) for p in ("LBRACE", "RBRACE", "LBRACKET", "RBRACKET"))
+        first, nxt = b.key(string_dfa(), True, ("free",)), b.key(string_dfa(), False, ("free",))
+        b.rule([["ff_object"], ["ff_array"], [scalar]], "ff_value")
+        b.rule([[lbrace, rbrace], [lbrace, "ff_members", rbrace]], "ff_object")
+        b.rule([[first, "ff_value"], ["ff_members", nxt, "ff_value"]], "ff_members")
+        b.rule([[lbracket, rbracket], [lbracket, "ff_items", rbracket]], "ff_array")
+        b.rule([["ff_value"], ["ff_items", b.punct("COMMA"), "ff_value"]], "ff_items")
+        b.free_scalar = scalar
+    return {OBJECT: "ff_object", ARRAY: "ff_array", SCALAR: b.free_scalar}[c]
+
+
+# ---------------------------------------------------------------------- objects
+MAX_CONDITION_BITS = 12
+
+
+def object_rule(b, schema: dict, condition=None) -> str | None:
+    """`{` members `}` for the object keywords of `schema` (None: no valid object); `condition`:
+    (predicate over the set of present keys, the keys it reads), checked where the object closes."""
+    spec = _ObjectSpec(b.comp, schema, 0, b.mode)
+    fixed_bits: dict = {}
+    if condition is not None:
+        for key in sorted(condition[1] - set(spec.named)):  # keys to see: tracked like undeclared required keys
+            spec.named.append(key)
+            spec.tracked.append(key)
+        bit = 1 << len(spec.tracked)
+        for key in spec.fixed:
+            if key in condition[1]:
+                fixed_bits[key], bit = bit, bit << 1
+        if bit > 1 << MAX_CONDITION_BITS:
+            raise ConstraintError(f"object: more than {MAX_CONDITION_BITS} keys decide its anyOf/oneOf/if conditions")
+    values = {k: _named_value(b, spec, k) for k in spec.named}
+    extras = _extra_pairs(b, spec)
+    builder = _Members(b, spec, values, extras, condition, fixed_bits)
+    return builder.build()
+
+
+def _named_value(b, spec, key: str):
+    if spec.names is not None and not spec.names.accepts(string_literal(key)):
+        return None
+    parts = [spec.props[key]] if key in spec.props else []
+    parts += [s for p, s in spec.patterns.items() if pattern_content(p).accepts(key)]
+    if key not in spec.props and len(parts) == 0:
+        parts.append(spec.additional)
+    return b.node(b.all_of(parts))
+
+
+def _extra_pairs(b, spec) -> list[tuple]:
+    """[(key terminal ident, key DFA, value symbol)] for keys no `properties` entry names."""
+    pats = list(spec.patterns.items())
+    out = []
+    for r in range(len(pats) + 1):
+        for chosen in combinations(range(len(pats)), r):
+            contents = [pattern_content(pats[i][0]) for i in chosen]
+            others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
+            content = difference(intersect(any_content(), *contents), *others)
+            if content.is_empty():
+                continue
+            schemas = [pats[i][1] for i in chosen] or [spec.additional]
+            value = b.node(b.all_of(schemas))
+            if value is None:
+                continue
+            keys = difference(encode_content(content), literals_dfa(spec.named))
+            if spec.names is not None:
+                keys = intersect(keys, spec.names)
+            if not keys.is_empty():
+                out.append(((id(spec), chosen), keys, value))
+    return out
+
+
+class _Members:
+    """Left-linear rules over the member automaton's states (i, count, seen mask): i is the index
+    of the next declared key that may come (`spec.fixed`), all of them written before the others."""
+
+    def __init__(self, b, spec, values: dict, extras: list, condition=None, fixed_bits=None) -> None:
+        self.b, self.spec, self.values, self.extras = b, spec, values, extras
+        self.condition, self.fixed_bits = condition, fixed_bits or {}
+        self.names: dict = {}
+        self.work: list = []
+        self.rules: dict = {}
+
+    def state(self, key) -> str:
+        if key not in self.names:
+            self.names[key] = self.b.name("m")
+            self.rules[self.names[key]] = []
+            self.work.append(key)
+        return self.names[key]
+
+    def optional_from(self, i: int) -> bool:
+        return all(k not in self.spec.required for k in self.spec.fixed[i:])
+
+    def edges(self, i: int, count: int, mask: int) -> list[tuple]:
+        """[(key terminal, value symbol, next state)] from state (i, count, mask), where the
+        member automaton may skip optional declared keys."""
+        spec, b = self.spec, self.b
+        nxt = spec._inc(count)
+        if nxt is None:
+            return []
+        first, out = count == 0 and i == 0 and mask == 0, []
+        for j in range(i, len(spec.fixed)):
+            key = spec.fixed[j]
+            if self.values[key] is not None:
+                out.append(
+                    (b.named_key(key, first), self.values[key], (j + 1, nxt, mask | self.fixed_bits.get(key, 0)))
+                )
+            if key in spec.required or not first:
+                break  # from a non-initial state, later keys are reached through the skip rules
+        if not self.optional_from(i) or (not first and i < len(spec.fixed)):
+            return out
+        for t, key in enumerate(spec.tracked):
+            if not mask >> t & 1 and self.values[key] is not None:
+                out.append((b.named_key(key, first), self.values[key], (len(spec.fixed), nxt, mask | 1 << t)))
+        for ident, keys, value in self.extras:
+            out.append((b.key(keys, first, ident), value, (len(spec.fixed), nxt, mask)))
+        return out
+
+    def final(self, count: int, mask: int) -> bool:
+        if not self.spec._final(count, mask):
+            return False
+        if self.condition is None:
+            return True
+        present = {k for t, k in enumerate(self.spec.tracked) if mask >> t & 1}
+        present |= {k for k, bit in self.fixed_bits.items() if mask & bit}
+        return self.condition[0](frozenset(present))
+
+    def build(self) -> str | None:
+        b, spec = self.b, self.spec
+        lbrace, rbrace = b.punct("LBRACE"), b.punct("RBRACE")
+        alternatives = []
+        if self.optional_from(0) and self.final(0, 0):
+            alternatives.append([lbrace, rbrace])
+        for term, value, dst in self.edges(0, 0, 0):
+            self.rules[self.state(dst)].append([term, value])
+        while self.work:
+            i, count, mask = key = self.work.pop()
+            name = self.names[key]
+            for term, value, dst in self.edges(i, count, mask):
+                self.rules[self.state(dst)].append([name, term, value])
+            if i < len(spec.fixed) and spec.fixed[i] not in spec.required:
+                self.rules[self.state((i + 1, count, mask))].append([name])  # skip the optional key
+            if i == len(spec.fixed) and self.final(count, mask):
+                alternatives.append([lbrace, name, rbrace])
+        if not alternatives:
+            return None
+        for name, alts in self.rules.items():
+            if alts:
+                b.rule(alts, name)
+        return b.rule(alternatives)
+
+
+# ---------------------------------------------------------------------- arrays
+def array_rule(b, schema: dict) -> str | None:
+    """`[` items `]` for the array keywords of `schema` (None: no valid array)."""
+    if "contains" in schema:
+        raise ConstraintError("contains: not supported on arrays too large for one automaton (grammar form)")
+    prefix = schema.get("prefixItems", [])
+    if not isinstance(prefix, list):
+        raise ConstraintError("prefixItems: expected a list of schemas")
+    min_items = count_keyword(schema, "minItems", 0)
+    max_items = count_keyword(schema, "maxItems", None)
+    if schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1):
+        b.comp.unsupported("uniqueItems", "not exact on arrays too large for one automaton (grammar form)")
+    elements = [b.node(s) for s in prefix]
+    rest = b.node(schema.get("items", True), CATEGORIES)
+    limit = next((p for p, e in enumerate(elements) if e is None), len(prefix) if rest is None else None)
+    if limit is not None:
+        max_items = limit if max_items is None else min(max_items, limit)
+    top = max_items if max_items is not None else max(len(prefix), min_items, 1)
+    if top > MAX_ARRAY_POSITIONS:
+        raise ConstraintError(f"minItems/maxItems: more than {MAX_ARRAY_POSITIONS} positions in the grammar form")
+    if min_items > top:
+        return None
+
+    def element(p: int) -> str:
+        return elements[p] if p < len(prefix) else rest
+
+    lbracket, rbracket, comma = b.punct("LBRACKET"), b.punct("RBRACKET"), b.punct("COMMA")
+    names = [""] + [b.name("a") for _ in range(top)]
+    rules: dict = {names[1]: [[element(0)]]} if top else {}
+    for p in range(1, top):
+        rules[names[p + 1]] = [[names[p], comma, element(p)]]
+    if max_items is None:
+        rules[names[top]].append([names[top], comma, element(top)])
+    for name, alts in rules.items():
+        b.rule(alts, name)
+    alternatives = [[lbracket, rbracket]] if min_items == 0 else []
+    alternatives += [[lbracket, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
+    return b.rule(alternatives) if alternatives else None

@@ -1,0 +1,90 @@
+"""Which form a JSON Schema compiles to: the flat automaton (compiler.py) or the grammar form
+(grammar_form.py), both with `.accepts(text)`.
+
+- a schema whose flat automaton is exact (`shapes.closed`: no free-form value, no recursive
+  `$ref`) compiles flat, unless that exceeds its work budget: then the grammar form;
+- any other schema compiles to the grammar form, exact at any depth; where the grammar form
+  refuses a keyword (e.g. `oneOf` over several large object alternatives, not a size limit), the
+  flat automaton with its documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used
+  if it compiles;
+- an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema import numbers
+from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, check_options, schema_to_dfa
+from sgl_runtime.constrained.json_schema.drafts import to_latest
+from sgl_runtime.constrained.json_schema.grammar_form import (
+    LEAF_WORK_STATES,
+    GrammarBuilder,
+    SchemaGrammar,
+    is_budget_error,
+)
+from sgl_runtime.constrained.json_schema.refs import RefResolver
+from sgl_runtime.constrained.json_schema.shapes import Shapes
+from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
+
+_BOUNDS = ("max_nesting_depth", "max_recursion_depth")
+
+
+def compile_schema(schema, **options):
+    """The flat `Dfa` or the `SchemaGrammar` of `schema` (see the module docstring)."""
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
+    if any(k in options for k in _BOUNDS):
+        return schema_to_dfa(schema, **options)
+    check_options(schema, options.get("integral_floats", False), options.get("key_order", "properties"))
+    latest = to_latest(schema)
+    try:
+        closed = Shapes(RefResolver(latest)).closed(latest)
+    except RecursionError:
+        raise ConstraintError("json_schema: schema nested too deeply to compile") from None
+    if closed:
+        try:
+            return schema_to_dfa(schema, **options)
+        except ConstraintError as exc:
+            if not is_budget_error(exc):
+                raise
+        return schema_to_grammar(schema, **options)
+    try:
+        return schema_to_grammar(schema, **options)
+    except ConstraintError as exc:
+        if is_budget_error(exc):
+            raise  # the flat automaton would need more still
+        refused = exc
+    try:
+        return schema_to_dfa(schema, **options)
+    except ConstraintError:
+        raise refused from None
+
+
+def schema_to_grammar(
+    schema,
+    *,
+    whitespace=None,
+    lenient: bool = False,
+    max_work_states: int = 150_000,
+    integral_floats: bool = False,
+    indent: int | None = None,
+    key_order: str = "properties",
+) -> SchemaGrammar:
+    """The grammar form of `schema` (options as for `schema_to_fsm`, without the depth bounds)."""
+    check_options(schema, integral_floats, key_order)
+    latest = to_latest(schema)
+    from sgl_runtime.constrained.automata import work_budget
+
+    with work_budget(max_work_states), numbers.integral_floats(integral_floats):
+        tokens = _tokens(whitespace, indent, integral_floats)
+        comp = _Compiler(latest, tokens, lenient, 3, 3)
+        try:
+            mode = NORMAL if key_order == "properties" else FREE_ORDER
+            return GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states)).build(latest)
+        except RecursionError:
+            raise ConstraintError("json_schema: schema nested too deeply to compile") from None
