@@ -41,6 +41,13 @@ from sgl_runtime.constrained.json_schema.formats import format_content
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
 from sgl_runtime.constrained.json_schema.refs import RefResolver
+from sgl_runtime.constrained.json_schema.shapes import (
+    ALL_TYPES,
+    ARRAY_KEYWORDS,
+    NUMBER_KEYWORDS,
+    OBJECT_KEYWORDS,
+    STRING_KEYWORDS,
+)
 from sgl_runtime.constrained.json_schema.strings import string_dfa
 from sgl_runtime.constrained.json_schema.unevaluated import needs_case_split, unevaluated_constraint
 from sgl_runtime.constrained.json_schema.values import (
@@ -54,21 +61,11 @@ from sgl_runtime.constrained.json_schema.values import (
 
 __all__ = ["schema_to_fsm", "schema_to_dfa", "ConstraintError"]
 
-ALL_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 TYPE_KEYWORDS = {
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
-    "string": ("minLength", "maxLength", "pattern", "format"),
-    "array": ("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "uniqueItems"),
-    "object": (
-        "properties",
-        "required",
-        "additionalProperties",
-        "patternProperties",
-        "propertyNames",
-        "minProperties",
-        "maxProperties",
-        "dependentRequired",
-    ),
+    "number": NUMBER_KEYWORDS,
+    "string": STRING_KEYWORDS,
+    "array": ARRAY_KEYWORDS,
+    "object": OBJECT_KEYWORDS,
 }
 UNSUPPORTED = ("$recursiveRef",)
 

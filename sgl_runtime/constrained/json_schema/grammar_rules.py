@@ -7,18 +7,13 @@ keys seen) as in the flat compiler's objects.py, for arrays the item position.
 
 from __future__ import annotations
 
-from itertools import combinations
-
 from sgl_runtime.constrained.automata import literal
-from sgl_runtime.constrained.automata_ops import difference, intersect, union
+from sgl_runtime.constrained.automata_ops import union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
 from sgl_runtime.constrained.json_schema.strings import (
-    any_content,
-    encode_content,
-    literals_dfa,
     pattern_content,
     string_dfa,
     string_literal,
@@ -81,24 +76,17 @@ def _named_value(b, spec, key: str):
 
 def _extra_pairs(b, spec) -> list[tuple]:
     """[(key terminal ident, key DFA, value symbol)] for keys no `properties` entry names."""
-    pats = list(spec.patterns.items())
     out = []
-    for r in range(len(pats) + 1):
-        for chosen in combinations(range(len(pats)), r):
-            contents = [pattern_content(pats[i][0]) for i in chosen]
-            others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
-            content = difference(intersect(any_content(), *contents), *others)
-            if content.is_empty():
-                continue
-            schemas = [pats[i][1] for i in chosen] or [spec.additional]
-            value = b.node(b.all_of(schemas))
-            if value is None:
-                continue
-            keys = difference(encode_content(content), literals_dfa(spec.named))
-            if spec.names is not None:
-                keys = intersect(keys, spec.names)
-            if not keys.is_empty():
-                out.append(((id(spec), chosen), keys, value))
+    for chosen, schemas, content in spec.extra_key_classes():
+        if content.is_empty():
+            continue
+        value = b.node(b.all_of(schemas))
+        if value is None:
+            continue
+        keys = spec.extra_keys(content)
+        if not keys.is_empty():
+            out.append(((spec, chosen), keys, value))  # spec itself, not id(spec): the key keeps it alive, so no
+            # later object can reuse its id and be handed this one's key terminal
     return out
 
 

@@ -89,23 +89,31 @@ class _ObjectSpec:
         value = self.value_for(key)
         return [] if value.is_empty() else [(literal(string_literal(key)), value)]
 
-    def extra_pairs(self) -> list[tuple[Dfa, Dfa]]:
+    def extra_key_classes(self):
+        """Each way an undeclared key can meet the patternProperties: (chosen pattern indices, the schemas its
+        value must satisfy, the key contents matching exactly those patterns; possibly empty)."""
         pats = list(self.patterns.items())
-        alternatives = []
         for r in range(len(pats) + 1):
             for chosen in combinations(range(len(pats)), r):
                 contents = [pattern_content(pats[i][0]) for i in chosen]
                 others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
                 content = difference(intersect(any_content(), *contents), *others)
-                schemas = [pats[i][1] for i in chosen] or [self.additional]
-                value = intersect(*(self.comp.compile(s, self.level + 1, self.mode) for s in schemas))
-                if value.is_empty() or content.is_empty():
-                    continue
-                keys = difference(encode_content(content), literals_dfa(self.named))
-                if self.names is not None:
-                    keys = intersect(keys, self.names)
-                if not keys.is_empty():
-                    alternatives.append((keys, value))
+                yield chosen, [pats[i][1] for i in chosen] or [self.additional], content
+
+    def extra_keys(self, content: Dfa) -> Dfa:
+        """The quoted keys with these contents that no `properties` entry names, within propertyNames."""
+        keys = difference(encode_content(content), literals_dfa(self.named))
+        return keys if self.names is None else intersect(keys, self.names)
+
+    def extra_pairs(self) -> list[tuple[Dfa, Dfa]]:
+        alternatives = []
+        for _, schemas, content in self.extra_key_classes():
+            value = intersect(*(self.comp.compile(s, self.level + 1, self.mode) for s in schemas))
+            if value.is_empty() or content.is_empty():
+                continue
+            keys = self.extra_keys(content)
+            if not keys.is_empty():
+                alternatives.append((keys, value))
         return alternatives
 
     # ----------------------------------------------------------------- automaton

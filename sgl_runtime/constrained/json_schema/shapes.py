@@ -37,17 +37,9 @@ ARRAY_KEYWORDS = (
     "maxContains",
     "uniqueItems",
 )
-SCALAR_KEYWORDS = (
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "format",
-)
+NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format")
+SCALAR_KEYWORDS = NUMBER_KEYWORDS + STRING_KEYWORDS
 # in-place applicators whose language needs the universe of all values (a complement)
 COMPLEMENTS = ("not", "if", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems")
 DYNAMIC = ("$dynamicRef", "$recursiveRef")
