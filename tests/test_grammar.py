@@ -396,3 +396,13 @@ def test_case_insensitive_keywords_fold_like_python_re():
         "sElEcT a FrOm t",
     ]:
         assert c.accepts(text) == lark_parses(parser, text), text
+
+
+def test_constraints_over_one_vocabulary_share_one_read_only_token_table():
+    vocab = make_vocab(JSON_TOKENS)
+    first = compile_grammar("json", vocab, warmup_s=0.0)
+    second = compile_grammar("arithmetic", vocab, warmup_s=0.0)
+    assert first.table is second.table  # built once per vocabulary, not once per grammar
+    assert compile_grammar("json", make_vocab(JSON_TOKENS), warmup_s=0.0).table is not first.table
+    with pytest.raises(ValueError):
+        first.table.lens[0] = 99  # shared between constraints and threads: nobody may write it

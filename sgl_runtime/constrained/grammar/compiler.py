@@ -66,7 +66,7 @@ class GrammarConstraint(Constraint):
         self.engine = GrammarEngine(
             self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions
         )
-        self.table = TokenTable(vocabulary.token_bytes)
+        self.table = TokenTable.of(vocabulary)
         self.masks = MaskBuilder(self.engine, self.table)
         self.forced = ForcedTokens(self)
         self.completion = GrammarCompletion(self)

@@ -11,6 +11,8 @@ closed types it accepts (and the stack to continue the closed groups' remainders
 from __future__ import annotations
 
 import hashlib
+import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
@@ -27,6 +29,19 @@ STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vo
 class TokenTable:
     """Token byte strings as one flat uint8 buffer (the rows a run walks)."""
 
+    _shared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, vocabulary) -> "TokenTable":
+        """The table of `vocabulary`'s tokens, built once per vocabulary (read-only, shared by
+        every grammar constraint over it)."""
+        with cls._shared_lock:
+            table = cls._shared.get(vocabulary)
+            if table is None:
+                table = cls._shared[vocabulary] = cls(vocabulary.token_bytes)
+            return table
+
     def __init__(self, token_bytes: list) -> None:
         self.size = len(token_bytes)
         self.num_words = (self.size + 31) // 32
@@ -40,6 +55,8 @@ class TokenTable:
         order = np.argsort(first, kind="stable")
         self._by_first = self.all_rows[order]  # all rows grouped by first byte
         self._first_bounds = np.searchsorted(first[order], np.arange(257))
+        for array in (self.lens, self.starts, self.all_rows, self._by_first, self._first_bounds):
+            array.flags.writeable = False  # shared between constraints and threads
 
     def rows_starting_with(self, byte_ok: np.ndarray) -> np.ndarray:
         """All non-empty tokens whose first byte b has byte_ok[b] (bool [256])."""
