@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Optional, Protocol
 
 import numpy as np
@@ -105,7 +106,7 @@ class GrammarCompletion:
 
 
 def _no_blanks(state: GrammarState, engine) -> GrammarState:
-    return GrammarState(state.stack, engine.max_ignored_run, state.lex, state.tail)
+    return replace(state, ignored=engine.max_ignored_run)
 
 
 def _byte_tokens(vocab, data: bytes) -> list[int]:

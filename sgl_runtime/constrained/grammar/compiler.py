@@ -58,13 +58,15 @@ class GrammarConstraint(Constraint):
         syntax: Optional[str] = None,
         terminal_dfas: Optional[dict] = None,
         default_reductions: bool = False,
+        unique_terminals: Optional[dict] = None,
     ) -> None:
-        """terminal_dfas, default_reductions: see GrammarEngine (used by JSON Schema grammars)."""
+        """terminal_dfas, default_reductions, unique_terminals: see GrammarEngine (used by JSON
+        Schema grammars)."""
         self.spec = spec
         self.vocabulary = vocabulary
         self.lark = build_parser(spec, syntax, start)
         self.engine = GrammarEngine(
-            self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions
+            self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions, unique_terminals
         )
         self.table = TokenTable.of(vocabulary)
         self.masks = MaskBuilder(self.engine, self.table)
@@ -96,6 +98,8 @@ class GrammarConstraint(Constraint):
                 self._cache.move_to_end(state)
                 return mask
             mask = self.masks.mask(state)
+            if self.engine.unique_types:
+                self._drop_repeated_items(state, mask)
             if self._eos.size and self.engine.at_eof(state):
                 _set_bits(mask, self._eos)
             mask.flags.writeable = False
@@ -117,6 +121,36 @@ class GrammarConstraint(Constraint):
         mask = np.zeros(self.vocabulary.num_words, dtype=np.int32)
         _set_bits(mask, self._eos)
         return mask
+
+    def _drop_repeated_items(self, state: GrammarState, mask: np.ndarray) -> None:
+        """Clear from `mask` (computed without item uniqueness) the tokens that repeat an item of
+        a unique array or leave only repeats to finish the item: those that continue the current
+        item along an earlier one, and those that close an item and go on inside the same token
+        (checked one by one with the exact scalar step)."""
+        candidates = set(self.table.ids_containing(self._item_ends()))
+        if state.seen and self.engine.context(state.stack).unique_slots:
+            for item in state.seen:
+                word = b"," + item
+                if word.startswith(state.token):
+                    rest = word[len(state.token) :]
+                    candidates.update(self.table.ids_with_prefix(rest))
+                    for k in range(1, len(rest)):
+                        candidates.update(self.vocabulary.ids_for_bytes(rest[:k]))
+        for i in candidates:
+            if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
+                mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
+
+    def _item_ends(self) -> frozenset:
+        """Byte pairs (last byte of an item, comma): a token holding one may close an item and
+        start the next."""
+        if not hasattr(self, "_ends"):
+            ends = set()
+            for t in self.engine.unique_types:
+                dfa = self.engine._dfa_cache[self.engine.type_names[t]]
+                into_accept = dfa.accepting[np.maximum(dfa.transitions, 0)] & (dfa.transitions >= 0)
+                ends.update(np.flatnonzero(into_accept.any(axis=0)).tolist())
+            self._ends = frozenset(bytes([b]) + b"," for b in ends)
+        return self._ends
 
     def _warm_up(self, seconds: float) -> None:
         """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""
@@ -163,8 +197,19 @@ class GrammarMatcher(Matcher):
             plan = self.constraint.completion.tokens(self.state)
         if plan is None or len(plan) + MARGIN < remaining or len(plan) > remaining:
             return None  # room left, or no completion fits (best prefix)
+        if self.constraint.engine.unique_types and not self._plan_keeps_items_unique(plan):
+            return None
         self.plan = plan
         return plan
+
+    def _plan_keeps_items_unique(self, plan: list[int]) -> bool:
+        """The completion search ignores item uniqueness: keep a plan only if it is valid."""
+        state = self.state
+        for token_id in plan:
+            state = self.constraint.step(state, token_id)
+            if state is None:
+                return False
+        return True
 
     def _plan_mask(self, plan: list[int]) -> np.ndarray:
         c = self.constraint

@@ -21,12 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 from lark.lexer import UnlessCallback
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.parser import LalrStacks
 from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
+
+NOTHING_SEEN: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class GrammarState:
     ignored: int
     lex: int
     tail: bytes
+    token: bytes = b""  # the current token's bytes, kept only where a unique-item terminal may be read
+    seen: frozenset = NOTHING_SEEN  # the items of the array being read whose items must be unique
 
 
 class GrammarEngine:
@@ -48,10 +53,14 @@ class GrammarEngine:
         max_ignored_run: int = 4,
         terminal_dfas: Optional[dict] = None,
         default_reductions: bool = False,
+        unique_terminals: Optional[dict] = None,
     ) -> None:
         """terminal_dfas: {terminal name: ByteDFA} used as those terminals' automata instead of
         their lark patterns (placeholders then), e.g. a JSON Schema's leaves compiled flat.
-        default_reductions: see LalrStacks (lexer contexts of the shifting state, not lark's)."""
+        default_reductions: see LalrStacks (lexer contexts of the shifting state, not lark's).
+        unique_terminals: {terminal name: 1 or 2}: the items of a JSON array whose items must be
+        distinct, 1 for the first item's terminal, 2 for the terminal `,item` of the later ones;
+        a later item equal (as text) to an earlier one of the same array is rejected."""
         if max_ignore_bytes < 1 or max_ignored_run < 1:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
@@ -73,6 +82,7 @@ class GrammarEngine:
                 f"unsupported lark grammar: terminals without a pattern {missing} "
                 "(%declare'd terminals need a postlexer, which constraints cannot run)"
             )
+        self.unique_types = {self.type_index[n]: role for n, role in (unique_terminals or {}).items()}
         self.max_ignore_bytes = max_ignore_bytes
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
@@ -128,10 +138,23 @@ class GrammarEngine:
 
     # ---- scalar semantics -------------------------------------------------------------------
 
+    def seen_after(self, seen: frozenset, token_type: int, text: bytes) -> Optional[frozenset]:
+        """The unique-array items after a token of `token_type` spelled `text` closes (None: a
+        repeated item). Any other token than an item or a blank ends the array's items."""
+        role = self.unique_types.get(token_type)
+        if role is None:
+            return seen if token_type in self.ignored_types else NOTHING_SEEN
+        if role == 1:
+            return frozenset((text,))
+        item = text[1:]  # the terminal is "," + item (compact JSON)
+        return None if item in seen else seen | {item}
+
     def feed(self, state: GrammarState, data: bytes) -> Optional[GrammarState]:
         """The state after `data`, or None where no token / parse is possible."""
         stack, ignored, x, tail = state.stack, state.ignored, state.lex, state.tail
+        token, seen = state.token, state.seen
         ctx = self.context(stack)
+        track = ctx.unique_slots
         buf, i = data, 0
         while i < len(buf):
             b = buf[i]
@@ -139,28 +162,41 @@ class GrammarEngine:
             if code == DEAD:
                 return None
             if code == CLOSE_BEFORE or code == CLOSE_HERE:
-                closed = self.close(stack, ignored, int(ctx.ctype[x, b]))
+                token_type = int(ctx.ctype[x, b])
+                closed = self.close(stack, ignored, token_type)
                 if closed is None:
                     return None
+                if self.unique_types:
+                    text = token + buf[i : i + 1] if code == CLOSE_HERE else token[: len(token) - len(tail)]
+                    seen = self.seen_after(seen, token_type, text)
+                    if seen is None:
+                        return None
                 stack, ignored = closed
                 ctx = self.context(stack)
+                track = ctx.unique_slots
                 x = ctx.initial
                 if code == CLOSE_BEFORE:
                     buf, i = tail + buf[i:], 0
                 else:
                     i += 1
-                tail = b""
+                tail = token = b""
                 continue
             y = int(ctx.nxt[x, b])
             tail = b"" if (code == ACCEPT or ctx.winner[y] < 0) else tail + buf[i : i + 1]
+            if track:
+                token += buf[i : i + 1]
             x = y
             i += 1
-        return GrammarState(stack, ignored, x, tail)
+        return GrammarState(stack, ignored, x, tail, token, seen)
 
     def viable(self, state: GrammarState) -> bool:
         """Whether some continuation of the text read so far is a sentence."""
         ctx = self.context(state.stack)
         x = state.lex
+        if state.seen and state.token and ctx.unique_slots:
+            alive = ctx.alive_slots(x)
+            if len(alive) == 1 and alive[0] in ctx.unique_slots:
+                return self._unique_viable(state, ctx, alive[0])
         if ctx.possible[x] & self.allowed_bits(state.stack, state.ignored):
             return True
         if ctx.is_fresh(x):
@@ -183,13 +219,31 @@ class GrammarEngine:
     def _retro_close(self, state: GrammarState, then) -> bool:
         """Close the token at the winner's last accept, lex the tail again, and test `then`."""
         ctx = self.context(state.stack)
-        closed = self.close(state.stack, state.ignored, int(ctx.wtype[state.lex]))
+        token_type = int(ctx.wtype[state.lex])
+        closed = self.close(state.stack, state.ignored, token_type)
         if closed is None:
             return False
-        nxt = GrammarState(closed[0], closed[1], self.context(closed[0]).initial, b"")
+        seen = state.seen
+        if self.unique_types:
+            seen = self.seen_after(seen, token_type, state.token[: len(state.token) - len(state.tail)])
+            if seen is None:
+                return False
+        nxt = GrammarState(closed[0], closed[1], self.context(closed[0]).initial, b"", b"", seen)
         if state.tail:
             nxt = self.feed(nxt, state.tail)
         return nxt is not None and then(nxt)
+
+    def _unique_viable(self, state: GrammarState, ctx: LexerContext, slot: int) -> bool:
+        """Inside a later item of a unique array: whether the item can still end as a text the
+        array has not had (and the parser takes it there)."""
+        token_type = ctx.slot_types[slot]
+        if not (self.allowed_bits(state.stack, state.ignored) >> token_type) & 1:
+            return False
+        if self.unique_types[token_type] != 2:
+            return True
+        dfa = ctx.slots[slot]
+        blocked = [b"," + item for item in state.seen]
+        return escapes(dfa.trans, dfa.label, ctx.slot_state(state.lex, slot), state.token, blocked)
 
     def _validate(self) -> None:
         """Fail at compile time, not at a later mask, on terminals the engine cannot run."""
@@ -203,12 +257,13 @@ class GrammarEngine:
 
     def _build_context(self, basic) -> LexerContext:
         scanner = basic.scanner  # builds lark's scanner order and UnlessCallbacks
-        slots = []
+        slots, slot_types = [], []
         for terminal in scanner.terminals:
             callback = basic.callback.get(terminal.name)
             if callback is not None and not isinstance(callback, UnlessCallback):
                 raise ConstraintError(f"unsupported lark lexer callback on {terminal.name}")
             unless = list(callback.scanner.terminals) if callback is not None else []
+            slot_types.append(self.type_index[terminal.name])
             slots.append(
                 build_slot(
                     terminal,
@@ -220,4 +275,26 @@ class GrammarEngine:
                     self._dfa_cache,
                 )
             )
-        return LexerContext(slots)
+        ctx = LexerContext(slots)
+        ctx.slot_types = slot_types
+        ctx.unique_slots = tuple(i for i, t in enumerate(slot_types) if t in self.unique_types)
+        return ctx
+
+
+def escapes(trans, label, q: int, prefix: bytes, blocked: list) -> bool:
+    """Whether a slot DFA (every state live) at state `q` after reading `prefix` can end a token
+    that is not one of `blocked`: walks the DFA along the trie of the blocked words' rests and
+    succeeds where it may accept off the trie's words or take a byte that leaves the trie."""
+    todo = [(q, [w[len(prefix) :] for w in blocked if w.startswith(prefix)])]
+    while todo:
+        q, words = todo.pop()
+        if label[q] >= 0 and b"" not in words:
+            return True
+        row = trans[q]
+        firsts = {w[0] for w in words if w}
+        if any(b not in firsts for b in np.flatnonzero(row >= 0).tolist()):
+            return True
+        for b in firsts:
+            if row[b] >= 0:
+                todo.append((int(row[b]), [w[1:] for w in words if w and w[0] == b]))
+    return False

@@ -11,6 +11,7 @@ past the forced text (boundary healing), so the model still picks the tokenizati
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Optional, Protocol
 
 import numpy as np
@@ -50,7 +51,7 @@ class ForcedTokens:
         """The forced continuation from `state`, cut to whole UTF-8 characters."""
         engine = self.engine
         with self.constraint._lock:
-            s = GrammarState(state.stack, engine.max_ignored_run, state.lex, state.tail)
+            s = replace(state, ignored=engine.max_ignored_run)
             out = bytearray()
             while len(out) < MAX_FORCED_BYTES and not engine.at_eof(s):
                 bits = np.unpackbits(self._bytes.mask(s).view(np.uint8), bitorder="little")
@@ -59,7 +60,7 @@ class ForcedTokens:
                     break
                 out.append(int(allowed[0]))
                 s = engine.feed(s, bytes(out[-1:]))
-                s = GrammarState(s.stack, engine.max_ignored_run, s.lex, s.tail)  # still no blanks
+                s = replace(s, ignored=engine.max_ignored_run)  # still no blanks
         return whole_characters(bytes(out))
 
     def string(self, state: GrammarState) -> str:

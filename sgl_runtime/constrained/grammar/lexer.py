@@ -48,9 +48,19 @@ class LexerContext:
         self.at_accept = keys[:, self.n + 2].astype(bool)
         self.possible = self._possible_types()
 
+    slot_types: list = []  # each slot's token type (set by the engine)
+    unique_slots: tuple = ()  # slots of unique-array item terminals (set by the engine)
+
     @property
     def n_states(self) -> int:
         return len(self._keys)
+
+    def slot_state(self, state: int, slot: int) -> int:
+        """The DFA state of `slot` in product state `state` (-1: that slot has died)."""
+        return self._keys[state][slot]
+
+    def alive_slots(self, state: int) -> list[int]:
+        return [i for i, s in enumerate(self._keys[state][: self.n]) if s >= 0]
 
     def is_fresh(self, state: int) -> bool:
         return state == self.initial

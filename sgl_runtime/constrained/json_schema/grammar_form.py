@@ -43,6 +43,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     whole_categories,
 )
 from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
+from sgl_runtime.constrained.json_schema.values import NORMAL
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
@@ -50,11 +51,51 @@ MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
 # the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
 _TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
 _NOFLAT = object()
+# keywords that may shape a value, and those of them an item of a unique array may use (canonical)
+_SHAPING = (
+    *SCALAR_KEYWORDS,
+    *OBJECT_KEYWORDS,
+    *ARRAY_KEYWORDS,
+    *DYNAMIC,
+    "$ref",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "enum",
+    "const",
+    "type",
+)
+_CANONICAL_KEYWORDS = {
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "format",
+    "minProperties",
+    "maxProperties",
+}
 _PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _COMPLEMENTS = {
     OBJECT: ("not", "if", "dependentSchemas", "unevaluatedProperties"),
     ARRAY: ("not", "if", "unevaluatedItems"),
 }
+
+
+def is_unique_refusal(exc: ConstraintError) -> bool:
+    """Whether a flat compile refused `uniqueItems` (the grammar form may still do it)."""
+    return str(exc).startswith("uniqueItems")
 
 
 def is_budget_error(exc: ConstraintError) -> bool:
@@ -68,16 +109,23 @@ class SchemaGrammar:
 
     text: str
     terminals: dict
+    unique: dict = field(default_factory=dict)  # unique-array item terminals (GrammarEngine)
     _engine: Any = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        return {"text": self.text, "terminals": self.terminals, "_engine": None}
+        return {"text": self.text, "terminals": self.terminals, "unique": self.unique, "_engine": None}
 
     def constraint(self, vocabulary, **options):
         from sgl_runtime.constrained.grammar.compiler import GrammarConstraint
 
         return GrammarConstraint(
-            self.text, vocabulary, syntax="lark", terminal_dfas=self.terminals, default_reductions=True, **options
+            self.text,
+            vocabulary,
+            syntax="lark",
+            terminal_dfas=self.terminals,
+            default_reductions=True,
+            unique_terminals=self.unique,
+            **options,
         )
 
     def engine(self):
@@ -85,7 +133,12 @@ class SchemaGrammar:
             from sgl_runtime.constrained.grammar.engine import GrammarEngine
             from sgl_runtime.constrained.grammar.source import build_lark
 
-            self._engine = GrammarEngine(build_lark(self.text), terminal_dfas=self.terminals, default_reductions=True)
+            self._engine = GrammarEngine(
+                build_lark(self.text),
+                terminal_dfas=self.terminals,
+                default_reductions=True,
+                unique_terminals=self.unique,
+            )
         return self._engine
 
     def accepts(self, text: str) -> bool:
@@ -116,6 +169,7 @@ class GrammarBuilder:
         self.shapes = Shapes(comp.refs)
         self.rules: dict[str, list[list[str]]] = {}
         self.terminals: dict[str, ByteDFA] = {}
+        self.unique: dict[str, int] = {}
         self.nodes: dict = {}
         self._pending: dict[str, bool] = {}
         self._terms: dict = {}
@@ -134,7 +188,7 @@ class GrammarBuilder:
         lines = [f"start: {root}"]
         lines += [f"{name}: " + " | ".join(" ".join(alt) for alt in alts) for name, alts in self.rules.items()]
         lines += [f'{name}: "<{name}>"' for name in self.terminals]
-        return SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals))
+        return SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals), dict(self.unique))
 
     def name(self, prefix: str) -> str:
         self._count += 1
@@ -147,11 +201,16 @@ class GrammarBuilder:
         self.rules[name] = alternatives
         return name
 
-    def terminal(self, dfa: Dfa, key=None) -> str:
-        """A terminal for `dfa` (the same `key` gives the same terminal)."""
+    def terminal(self, dfa: Dfa, key=None, unique: int = 0) -> str:
+        """A terminal for `dfa` (the same `key` gives the same terminal); unique=1 or 2: a new
+        terminal for the first or the later (`,item`) items of an array of unique items."""
         if key is not None and key in self._terms:
             return self._terms[key][0]
         byte_dfa = ByteDFA.from_fsm(to_interegular(dfa))
+        if unique:
+            name = self.name("U")
+            self.terminals[name], self.unique[name] = byte_dfa, unique
+            return name
         content = (byte_dfa.initial, byte_dfa.transitions.tobytes(), byte_dfa.accepting.tobytes())
         name = self._by_content.get(content)  # one terminal per language: equal positions share lexer contexts
         if name is None:
@@ -253,9 +312,62 @@ class GrammarBuilder:
                 return _NOFLAT
             return self.terminal(dfa)
         except ConstraintError as exc:
-            if is_budget_error(exc):
-                return _NOFLAT
+            if is_budget_error(exc) or is_unique_refusal(exc):
+                return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
+
+    def unique_items(self, items) -> Optional[tuple[str, str]]:
+        """Terminals (first item, `,item`) for the items of an array whose items must be unique, or
+        None when no item is valid. Exact where equal items have equal text: item values spelled
+        one way only (strings, true/false/null, objects without undeclared keys whose keys come in
+        `properties` order, of such values; compact JSON), each item ONE automaton."""
+        if self.tokens.ws is not None or not self.canonical(items):
+            self.comp.unsupported(
+                "uniqueItems",
+                "exact in the grammar form for items spelled one way only: strings, booleans, null, and objects "
+                "of those with additionalProperties false, in compact JSON with key_order 'properties'",
+            )
+            return self.node(items)
+        try:
+            with work_budget(self.leaf_budget):
+                dfa = self.comp.compile(items, 0, self.mode)
+        except ConstraintError as exc:
+            if not is_budget_error(exc):
+                raise
+            dfa = None
+        if dfa is None or dfa.num_states > LEAF_MAX_STATES:
+            self.comp.unsupported("uniqueItems", "the items of a unique array must fit one automaton (grammar form)")
+            return self.node(items)
+        if dfa.is_empty():
+            return None
+        return self.terminal(dfa, unique=1), self.terminal(concat(self.tokens.comma, dfa), unique=2)
+
+    def canonical(self, schema, depth: int = 0) -> bool:
+        """Whether every value `schema` admits has one spelling here (see unique_items)."""
+        if depth > 32 or not isinstance(schema, dict):
+            return False
+        if "$ref" in schema:
+            return not any(k in schema for k in _SHAPING if k != "$ref") and self.canonical(
+                self.shapes.target(schema), depth + 1
+            )
+        if any(k in schema for k in _SHAPING if k not in _CANONICAL_KEYWORDS):
+            return False
+        values = [schema["const"]] if "const" in schema else schema.get("enum")
+        if isinstance(values, list):
+            return all(v is None or isinstance(v, (str, bool)) for v in values)
+        types = schema.get("type")
+        types = [types] if isinstance(types, str) else types
+        if not isinstance(types, list) or not types or not set(types) <= {"string", "boolean", "null", "object"}:
+            return False
+        if "object" not in types:
+            return True
+        props = schema.get("properties", {})
+        return (
+            self.mode == NORMAL
+            and schema.get("additionalProperties") is False
+            and isinstance(props, dict)
+            and all(self.canonical(p, depth + 1) for p in props.values())
+        )
 
     def _without_type(self, schema):
         """`schema` without its `type` when it has no keyword of its own (only applicators): the

@@ -7,6 +7,8 @@
   refuses a keyword (e.g. `oneOf` over several large object alternatives, not a size limit), the
   flat automaton with its documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used
   if it compiles;
+- `uniqueItems` that the automaton cannot enforce (items of an infinite domain) takes the grammar
+  form, which enforces it on items spelled one way only (`GrammarBuilder.unique_items`);
 - an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
 """
 
@@ -23,6 +25,7 @@ from sgl_runtime.constrained.json_schema.grammar_form import (
     GrammarBuilder,
     SchemaGrammar,
     is_budget_error,
+    is_unique_refusal,
 )
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.shapes import Shapes
@@ -50,9 +53,15 @@ def compile_schema(schema, **options):
         try:
             return schema_to_dfa(schema, **options)
         except ConstraintError as exc:
-            if not is_budget_error(exc):
+            if not (is_budget_error(exc) or is_unique_refusal(exc)):
                 raise
-        return schema_to_grammar(schema, **options)
+            refused = exc
+        try:
+            return schema_to_grammar(schema, **options)
+        except ConstraintError:
+            if is_unique_refusal(refused):
+                raise refused from None
+            raise
     try:
         return schema_to_grammar(schema, **options)
     except ConstraintError as exc:

@@ -1,0 +1,190 @@
+"""uniqueItems in the grammar form: arrays whose items have an infinite domain but one spelling per
+value (strings, objects of strings with additionalProperties false, ...) are exact: the language
+agrees with jsonschema, masks agree with an enumeration of every valid instance on a tiny
+vocabulary, and sampling through the Qwen2.5 vocabulary only ever yields valid instances."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+from jsonschema import Draft202012Validator
+from tiny_vocab import make_vocab, mask_bits
+
+from sgl_runtime.constrained import compile_constraint
+from sgl_runtime.constrained.compiler import build_dfa, wrap_built
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.grammar_form import SchemaGrammar
+from sgl_runtime.constrained.json_schema.language import compile_schema
+from sgl_runtime.constrained.vocabulary import Vocabulary
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+TAG = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"Key": {"type": "string", "maxLength": 3}, "Value": {"type": "string"}},
+    "required": ["Key"],
+}
+STRINGS = ["a", "b", "", "ab", "a\nb", 'q"', "é"]
+TAGS = [{"Key": "a"}, {"Key": "a", "Value": "x"}, {"Key": "b", "Value": "x"}, {"Key": "b"}, {"Key": "a", "Value": ""}]
+
+
+def _arrays(pool, up_to=3):
+    return [list(a) for n in range(up_to + 1) for a in itertools.product(pool, repeat=n)]
+
+
+@pytest.mark.parametrize(
+    "schema, pool",
+    [
+        ({"items": {"type": "string"}}, STRINGS),
+        ({"items": {"type": "string", "maxLength": 2}, "minItems": 1, "maxItems": 3}, STRINGS),
+        ({"items": {"type": "string", "pattern": "^[ab]*$"}}, STRINGS),
+        ({"items": {"$ref": "#/$defs/tag"}, "$defs": {"tag": TAG}}, TAGS),
+        ({"items": TAG, "minItems": 2}, TAGS),
+        ({"items": {"type": ["string", "null", "boolean"]}}, ["a", None, True, False, "b"]),
+    ],
+)
+def test_unique_items_language_agrees_with_jsonschema(schema, pool):
+    schema = {"type": "array", "uniqueItems": True, **schema}
+    built, validator = compile_schema(schema), Draft202012Validator(schema)
+    assert isinstance(built, SchemaGrammar) and sorted(built.unique.values()) == [1, 2]
+    accepted = rejected = 0
+    for array in _arrays(pool):
+        text = json.dumps(array, separators=(",", ":"), ensure_ascii=False)
+        valid = validator.is_valid(array)
+        assert built.accepts(text) == valid, text
+        accepted, rejected = accepted + valid, rejected + (not valid)
+    assert accepted and rejected
+
+
+def test_each_array_has_its_own_items():
+    """Equal items in two different arrays (or inside the items of a plain array) are fine."""
+    inner = {"type": "array", "uniqueItems": True, "items": {"type": "string"}}
+    schema = {"type": "array", "items": {"type": "object", "properties": {"t": inner}, "additionalProperties": False}}
+    built, validator = compile_schema(schema), Draft202012Validator(schema)
+    for array in (
+        [{"t": ["a", "b"]}, {"t": ["a", "b"]}],
+        [{"t": ["a"]}, {"t": ["b", "a"]}, {}],
+        [{"t": ["a", "a"]}],
+        [{"t": ["a"]}, {"t": ["b", "b"]}],
+    ):
+        text = json.dumps(array, separators=(",", ":"))
+        assert built.accepts(text) == validator.is_valid(array), text
+
+
+# Tokens that split items, close one item and open the next, or repeat a whole item.
+TOKENS = ["[", "]", '"', "a", "b", '"a"', '"b"', ",", '","', '",', ',"', '"]', "ab", 'a"', 'b"', '"a",', ',"a"', '"]]']
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^(a|b|ab)$"}},
+        {"type": "array", "uniqueItems": True, "minItems": 2, "items": {"type": "string", "pattern": "^[ab]{1,2}$"}},
+    ],
+)
+def test_masks_allow_exactly_the_prefixes_of_valid_arrays(schema):
+    """Every item domain here is finite, so every valid instance can be listed: a token is allowed
+    iff some valid instance starts with the text so far plus the token."""
+    validator = Draft202012Validator(schema)
+    words = [w for w in ("a", "b", "aa", "ab", "ba", "bb") if Draft202012Validator(schema["items"]).is_valid(w)]
+    valid = [
+        json.dumps(list(a), separators=(",", ":"))
+        for n in range(len(words) + 1)
+        for a in itertools.permutations(words, n)
+        if validator.is_valid(list(a))
+    ]
+    constraint = wrap_built(*build_dfa("json_schema", schema, {})[:1], make_vocab(TOKENS), "json_schema")
+    frontier, checked = [("", constraint.matcher())], 0
+    for _ in range(6):
+        nxt = []
+        for text, matcher in frontier:
+            bits = mask_bits(matcher.bitmask(), len(TOKENS) + 1)
+            for i, token in enumerate(TOKENS):
+                expected = any(v.startswith(text + token) for v in valid)
+                assert bool(bits[i]) == expected, (text, token)
+                checked += 1
+                if expected:
+                    child = matcher.copy()
+                    child.advance(i)
+                    nxt.append((text + token, child))
+            assert bool(bits[len(TOKENS)]) == (text in valid), text
+        frontier = nxt
+    assert checked > 500
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    tok = load_qwen2_tokenizer()
+    return tok, Vocabulary.from_tokenizer(tok)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "properties": {
+                "Tags": {
+                    "type": "array",
+                    "uniqueItems": True,
+                    "minItems": 3,
+                    "maxItems": 5,
+                    "items": {
+                        **TAG,
+                        "properties": {"Key": {"type": "string", "maxLength": 2}, "Value": {"enum": ["a"]}},
+                    },
+                }
+            },
+            "required": ["Tags"],
+            "additionalProperties": False,
+        },
+        {"type": "array", "uniqueItems": True, "minItems": 4, "maxItems": 6, "items": {"enum": None}},
+    ],
+)
+def test_sampling_through_qwen_yields_valid_instances(qwen, schema):
+    """Random walks through the masks (items from a tiny alphabet so repeats are likely) always end
+    as valid instances, and every step's mask agrees with the scalar step on the riskiest tokens."""
+    tok, vocab = qwen
+    if schema.get("items", {}).get("enum", 0) is None:
+        schema = {**schema, "items": {"type": "string", "pattern": "^[ab]{1,5}$"}}
+    constraint = compile_constraint("json_schema", schema, tok)
+    validator = Draft202012Validator(schema)
+    favoured = [i for i, b in enumerate(vocab.token_bytes) if b and len(b) <= 4 and set(b) <= set(b'ab",:{}[]KeyVlu')]
+    rng = random.Random(0)
+    for _ in range(12):
+        matcher, ids = constraint.matcher(), []
+        for _step in range(150):
+            allowed = np.flatnonzero(mask_bits(matcher.bitmask(), vocab.size))
+            assert allowed.size, tok.decode(ids)
+            if vocab.eos_token_ids[0] in allowed:
+                break
+            allowed_set = set(allowed.tolist())
+            pick = [i for i in favoured if i in allowed_set] or allowed.tolist()
+            for probe in rng.sample(pick, min(8, len(pick))):  # mask and step agree
+                assert constraint.step(matcher.state, probe) is not None
+            token = rng.choice(pick)
+            matcher.advance(token)
+            ids.append(token)
+        text = tok.decode(ids)
+        assert matcher.is_accepting(), text
+        assert validator.is_valid(json.loads(text)), text
+
+
+@pytest.mark.parametrize(
+    "schema, options",
+    [
+        ({"items": {"type": "integer"}}, {}),  # 1 and 1.0, 0 and -0: more than one spelling
+        ({"items": {"type": "object", "properties": {"k": {"type": "string"}}}}, {}),  # undeclared keys
+        ({"items": {"type": "string"}}, {"whitespace": r"[ \n]{0,2}"}),
+        ({"items": TAG}, {"key_order": "any"}),
+        ({"prefixItems": [{"type": "string"}], "items": {"type": "string"}}, {}),
+    ],
+)
+def test_items_with_several_spellings_are_refused_naming_unique_items(schema, options):
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        compile_schema({"type": "array", "uniqueItems": True, **schema}, **options)
+    assert compile_schema({"type": "array", "uniqueItems": True, **schema}, lenient=True, **options).accepts("[]")
