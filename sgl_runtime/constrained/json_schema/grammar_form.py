@@ -43,7 +43,6 @@ from sgl_runtime.constrained.json_schema.shapes import (
     whole_categories,
 )
 from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
-from sgl_runtime.constrained.json_schema.values import NORMAL
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
@@ -51,41 +50,6 @@ MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
 # the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
 _TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
 _NOFLAT = object()
-# keywords that may shape a value, and those of them an item of a unique array may use (canonical)
-_SHAPING = (
-    *SCALAR_KEYWORDS,
-    *OBJECT_KEYWORDS,
-    *ARRAY_KEYWORDS,
-    *DYNAMIC,
-    "$ref",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentSchemas",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "enum",
-    "const",
-    "type",
-)
-_CANONICAL_KEYWORDS = {
-    "type",
-    "enum",
-    "const",
-    "properties",
-    "required",
-    "additionalProperties",
-    "pattern",
-    "minLength",
-    "maxLength",
-    "format",
-    "minProperties",
-    "maxProperties",
-}
 _PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _COMPLEMENTS = {
     OBJECT: ("not", "if", "dependentSchemas", "unevaluatedProperties"),
@@ -316,58 +280,10 @@ class GrammarBuilder:
                 return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
 
-    def unique_items(self, items) -> Optional[tuple[str, str]]:
-        """Terminals (first item, `,item`) for the items of an array whose items must be unique, or
-        None when no item is valid. Exact where equal items have equal text: item values spelled
-        one way only (strings, true/false/null, objects without undeclared keys whose keys come in
-        `properties` order, of such values; compact JSON), each item ONE automaton."""
-        if self.tokens.ws is not None or not self.canonical(items):
-            self.comp.unsupported(
-                "uniqueItems",
-                "exact in the grammar form for items spelled one way only: strings, booleans, null, and objects "
-                "of those with additionalProperties false, in compact JSON with key_order 'properties'",
-            )
-            return self.node(items)
-        try:
-            with work_budget(self.leaf_budget):
-                dfa = self.comp.compile(items, 0, self.mode)
-        except ConstraintError as exc:
-            if not is_budget_error(exc):
-                raise
-            dfa = None
-        if dfa is None or dfa.num_states > LEAF_MAX_STATES:
-            self.comp.unsupported("uniqueItems", "the items of a unique array must fit one automaton (grammar form)")
-            return self.node(items)
-        if dfa.is_empty():
-            return None
-        return self.terminal(dfa, unique=1), self.terminal(concat(self.tokens.comma, dfa), unique=2)
+    def unique_items(self, items):
+        from sgl_runtime.constrained.json_schema.unique_grammar import unique_items
 
-    def canonical(self, schema, depth: int = 0) -> bool:
-        """Whether every value `schema` admits has one spelling here (see unique_items)."""
-        if depth > 32 or not isinstance(schema, dict):
-            return False
-        if "$ref" in schema:
-            return not any(k in schema for k in _SHAPING if k != "$ref") and self.canonical(
-                self.shapes.target(schema), depth + 1
-            )
-        if any(k in schema for k in _SHAPING if k not in _CANONICAL_KEYWORDS):
-            return False
-        values = [schema["const"]] if "const" in schema else schema.get("enum")
-        if isinstance(values, list):
-            return all(v is None or isinstance(v, (str, bool)) for v in values)
-        types = schema.get("type")
-        types = [types] if isinstance(types, str) else types
-        if not isinstance(types, list) or not types or not set(types) <= {"string", "boolean", "null", "object"}:
-            return False
-        if "object" not in types:
-            return True
-        props = schema.get("properties", {})
-        return (
-            self.mode == NORMAL
-            and schema.get("additionalProperties") is False
-            and isinstance(props, dict)
-            and all(self.canonical(p, depth + 1) for p in props.values())
-        )
+        return unique_items(self, items, is_budget_error, LEAF_MAX_STATES)
 
     def _without_type(self, schema):
         """`schema` without its `type` when it has no keyword of its own (only applicators): the

@@ -8,7 +8,7 @@
   flat automaton with its documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used
   if it compiles;
 - `uniqueItems` that the automaton cannot enforce (items of an infinite domain) takes the grammar
-  form, which enforces it on items spelled one way only (`GrammarBuilder.unique_items`);
+  form, which enforces it on items spelled one way only (`unique_grammar.py`);
 - an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
 """
 
