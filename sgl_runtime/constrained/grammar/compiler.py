@@ -127,8 +127,9 @@ class GrammarConstraint(Constraint):
         a unique array or leave only repeats to finish the item: those that continue the current
         item along an earlier one, and those that close an item and go on inside the same token
         (checked one by one with the exact scalar step)."""
-        candidates = set(self.table.ids_containing(self._item_ends()))
-        if state.seen and self.engine.context(state.stack).unique_slots:
+        inside = bool(self.engine.context(state.stack).unique_slots)  # a unique array is open
+        candidates = set(self._closing_ids(inside))
+        if state.seen and inside:
             for item in state.seen:
                 word = b"," + item
                 if word.startswith(state.token):
@@ -140,17 +141,19 @@ class GrammarConstraint(Constraint):
             if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
                 mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
 
-    def _item_ends(self) -> frozenset:
-        """Byte pairs (last byte of an item, comma): a token holding one may close an item and
-        start the next."""
-        if not hasattr(self, "_ends"):
+    def _closing_ids(self, inside: bool) -> list[int]:
+        """Tokens holding (last byte of an item, comma): they may close an item and start the
+        next. Outside an open unique array only those that also open an array (`[`) can."""
+        if not hasattr(self, "_closing"):
             ends = set()
             for t in self.engine.unique_types:
                 dfa = self.engine._dfa_cache[self.engine.type_names[t]]
                 into_accept = dfa.accepting[np.maximum(dfa.transitions, 0)] & (dfa.transitions >= 0)
                 ends.update(np.flatnonzero(into_accept.any(axis=0)).tolist())
-            self._ends = frozenset(bytes([b]) + b"," for b in ends)
-        return self._ends
+            ids = self.table.ids_containing(frozenset(bytes([b]) + b"," for b in ends))
+            token_bytes = self.vocabulary.token_bytes
+            self._closing = (ids, [i for i in ids if b"[" in token_bytes[i]])
+        return self._closing[0] if inside else self._closing[1]
 
     def _warm_up(self, seconds: float) -> None:
         """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""

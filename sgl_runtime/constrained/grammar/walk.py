@@ -79,11 +79,17 @@ class TokenTable:
         return ids[lo:hi]
 
     def ids_containing(self, pieces: frozenset) -> list[int]:
-        """Ids of the tokens that contain one of the byte strings `pieces` (cached per set)."""
+        """Ids of the tokens that contain one of the two-byte strings `pieces` (cached per set)."""
         with self._shared_lock:
             cache = self.__dict__.setdefault("_containing", {})
             if pieces not in cache:
-                cache[pieces] = [i for i, b in enumerate(self.token_bytes) if b and any(p in b for p in pieces)]
+                flat, hits = self.flat, np.zeros(len(self.flat), dtype=bool)
+                for piece in pieces:
+                    hits[:-1] |= (flat[:-1] == piece[0]) & (flat[1:] == piece[1])
+                at = np.flatnonzero(hits)
+                owner = np.searchsorted(self.starts, at, side="right") - 1  # the token holding each hit
+                inside = at + 1 < self.starts[owner] + self.lens[owner]  # both bytes in that token
+                cache[pieces] = np.unique(owner[inside]).tolist()
             return cache[pieces]
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
