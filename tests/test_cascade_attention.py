@@ -120,15 +120,36 @@ def test_planner_tensors_and_graph_capacity():
     static = planner.static(16)
     assert graph_chunks_for(16) == 2 and static.chunk_prefix.shape == (2,) and static.kv_start.shape == (16,)
     groups = [(100 + i, [2 * i, 2 * i + 1]) for i in range(4)]  # four chunks, room for two
-    planner.fill(groups, 8, 16)
+    assert planner.fill(groups, 8, 16) == 2
     assert static.chunk_prefix.tolist() == [103, 102]
     assert static.kv_start.tolist() == [0, 0, 0, 0, 102, 102, 103, 103] + [0] * 8
-    planner.fill(None, 8, 16)
+    assert planner.fill(None, 8, 16) == 0
     assert static.kv_start.tolist() == [0] * 16 and static.chunk_prefix.tolist() == [0, 0]
     assert (static.chunk_members == -1).all()
     # graphs past max_batch (the flattened-extend sizes of the ladder) capture no cascade: the backend asks first
     with pytest.raises(ValueError, match="a graph of 128 rows exceeds the cascade buffers' 64"):
         planner.static(128)
+
+
+def test_graphs_without_shared_prefixes_replay_the_variant_without_cascade_launches():
+    """Graphs of 16+ rows are captured twice; a batch with no shared prefix (or only groups too small
+    to chunk) replays the plain one, so its decode launches no empty prefix stage."""
+    from types import SimpleNamespace
+
+    from sgl_runtime.layers.attention.triton_backend import TritonAttentionBackend
+
+    pool = SimpleNamespace(head_num=2, device="cpu")
+    backend = TritonAttentionBackend(pool, SimpleNamespace(size=64), num_heads=4, max_batch=64, cascade=True)
+    assert backend.graph_variants(8) == (None,) and backend.graph_variants(128) == (None,)
+    assert backend.graph_variants(16) == (None, "cascade") and backend.graph_variants(64) == (None, "cascade")
+    batch = SimpleNamespace(batch_size=8, shared_prefix_groups=[(100, [0, 1]), (50, [2, 3])])
+    assert backend.fill_graph_metadata(batch, 16) == "cascade"
+    assert backend.planner.static(16).chunk_prefix.tolist() == [100, 50]
+    assert backend.fill_graph_metadata(SimpleNamespace(batch_size=8, shared_prefix_groups=None), 16) is None
+    assert backend.fill_graph_metadata(SimpleNamespace(batch_size=8, shared_prefix_groups=[(9, [4])]), 16) is None
+    assert backend.fill_graph_metadata(batch, 8) is None  # graphs under 16 rows have no cascade launch
+    plain = TritonAttentionBackend(pool, SimpleNamespace(size=64), num_heads=4, max_batch=64, cascade=False)
+    assert plain.graph_variants(16) == (None,) and plain.fill_graph_metadata(batch, 16) is None
 
 
 def _node(cache: RadixCache, tokens: list[int]):

@@ -54,8 +54,8 @@ class CudaGraphRunner:
         self.batch_sizes = batch_size_ladder(max_bs)
         self.max_bs = self.batch_sizes[-1]
         self.flatten_extends = True  # serve small extends from the decode graphs (see the module doc)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}  # (batch size, attention backend's variant)
+        self.outputs: dict[tuple, torch.Tensor] = {}
         self.pool = None
         self._alloc_buffers(model_runner.device)
         start = time.monotonic()
@@ -100,8 +100,8 @@ class CudaGraphRunner:
             req_to_token=self.req_to_token,
         )
 
-    def _run_model(self, batch: ForwardBatch) -> torch.Tensor:
-        self.attn_backend.init_graph_metadata(batch)
+    def _run_model(self, batch: ForwardBatch, variant=None) -> torch.Tensor:
+        self.attn_backend.init_graph_metadata(batch, variant)
         return self.model(batch.input_ids, batch.positions, batch)
 
     @torch.inference_mode()
@@ -112,13 +112,14 @@ class CudaGraphRunner:
         with torch.cuda.stream(stream):
             for bs in reversed(self.batch_sizes):
                 batch = self._static_batch(bs)
-                for _ in range(2):  # warm-up: Triton compilation, cuBLAS handles, lazy workspaces
-                    self._run_model(batch)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                    self.outputs[bs] = self._run_model(batch)
-                self.pool = graph.pool() if self.pool is None else self.pool
-                self.graphs[bs] = graph
+                for variant in self.attn_backend.graph_variants(bs):
+                    for _ in range(2):  # warm-up: Triton compilation, cuBLAS handles, lazy workspaces
+                        self._run_model(batch, variant)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                        self.outputs[bs, variant] = self._run_model(batch, variant)
+                    self.pool = graph.pool() if self.pool is None else self.pool
+                    self.graphs[bs, variant] = graph
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
 
@@ -143,9 +144,9 @@ class CudaGraphRunner:
         self.req_pool_indices[:bs].copy_(forward_batch.req_pool_indices, non_blocking=True)
         self.seq_lens[:bs].copy_(forward_batch.seq_lens, non_blocking=True)
         self.out_cache_loc[:bs].copy_(forward_batch.out_cache_loc, non_blocking=True)
-        self.attn_backend.fill_graph_metadata(forward_batch, padded)
-        self.graphs[padded].replay()
-        return self.outputs[padded][:bs]
+        variant = self.attn_backend.fill_graph_metadata(forward_batch, padded)
+        self.graphs[padded, variant].replay()
+        return self.outputs[padded, variant][:bs]
 
     def can_run_extend(self, forward_batch: ForwardBatch) -> bool:
         """Whether an EXTEND batch is small enough to replay flattened (see the module doc)."""

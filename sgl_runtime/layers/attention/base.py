@@ -15,12 +15,18 @@ class AttentionBackend(abc.ABC):
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:  # noqa: B027 - optional hook
         """Precompute per-batch metadata once, before the layers run (optional)."""
 
-    def init_graph_metadata(self, forward_batch: ForwardBatch) -> None:
+    def graph_variants(self, batch_size: int) -> tuple:
+        """The graphs to capture for `batch_size` rows, one per variant key (default: one, None)."""
+        return (None,)
+
+    def init_graph_metadata(self, forward_batch: ForwardBatch, variant=None) -> None:
         """At CUDA-graph capture: the metadata for a DECODE batch of static buffers (default: as eager)."""
         self.init_forward_metadata(forward_batch)
 
-    def fill_graph_metadata(self, forward_batch: ForwardBatch, padded: int) -> None:  # noqa: B027 - optional hook
-        """Before a replay of the `padded`-row graph for `forward_batch`: refresh what the graph reads."""
+    def fill_graph_metadata(self, forward_batch: ForwardBatch, padded: int):
+        """Before a replay for `forward_batch`: refresh what the `padded`-row graph reads, and return
+        the variant (of `graph_variants(padded)`) to replay."""
+        return None
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer, forward_batch: ForwardBatch

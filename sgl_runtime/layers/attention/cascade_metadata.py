@@ -68,11 +68,12 @@ class CascadePlanner:
         members = region[self.max_chunks : self.max_chunks + chunks * self.members].view(chunks, self.members)
         return CascadeTensors(kv_start, prefix, members)
 
-    def fill(self, groups: Optional[list[tuple[int, list[int]]]], batch_size: int, padded: int) -> None:
-        """Before a replay of the `padded`-row graph: the static buffers describe this batch's chunks."""
+    def fill(self, groups: Optional[list[tuple[int, list[int]]]], batch_size: int, padded: int) -> int:
+        """Before a replay of the `padded`-row graph: the static buffers describe this batch's chunks;
+        how many there are."""
         chunks = self.chunks(groups, graph_chunks_for(padded)) if groups else []
         if not chunks and self._static_clean:
-            return
+            return 0
         buffer = self._static_buffer()
         host = np.zeros(buffer.shape[0], dtype=np.int32)
         members = host[self.max_batch + self.max_chunks :]
@@ -86,6 +87,7 @@ class CascadePlanner:
             staged = staged.pin_memory()  # the caching host allocator keeps it until the copy is done
         buffer.copy_(staged, non_blocking=True)
         self._static_clean = not chunks
+        return len(chunks)
 
     # ------------------------------------------------------------------ helpers
     def _pack(self, chunks: list[tuple[int, list[int]]], batch_size: int, num_chunks: int) -> np.ndarray:

@@ -65,18 +65,26 @@ class TritonAttentionBackend(AttentionBackend):
         else:
             self.metadata = _Metadata(max_extend_len=max(forward_batch.extend_seq_lens_cpu, default=0))
 
-    def init_graph_metadata(self, forward_batch: ForwardBatch) -> None:
-        """At capture (DECODE): fixed grids; cascade launches over the static buffers for graphs of
-        GRAPH_MIN_BATCH rows up to max_batch (larger graphs serve only flattened extends: no cascade)."""
+    def graph_variants(self, batch_size: int) -> tuple:
+        """Graphs of GRAPH_MIN_BATCH rows up to max_batch come twice: without cascade launches (a batch
+        with no shared prefix then launches nothing for it) and with them ("cascade")."""
+        return (None, "cascade") if self._graph_cascade(batch_size) else (None,)
+
+    def init_graph_metadata(self, forward_batch: ForwardBatch, variant=None) -> None:
+        """At capture (DECODE): fixed grids; for the "cascade" variant, cascade launches over the static
+        buffers (larger graphs than max_batch serve only flattened extends: no cascade)."""
         bs = forward_batch.batch_size
-        cascade = self.planner.static(bs) if self._graph_cascade(bs) else None
+        cascade = self.planner.static(bs) if variant == "cascade" and self.planner is not None else None
         self.metadata = _Metadata(num_splits=num_splits_for(bs, self.kv_pool.head_num, self.num_sms), cascade=cascade)
 
-    def fill_graph_metadata(self, forward_batch: ForwardBatch, padded: int) -> None:
-        """Before replaying the `padded`-row graph for this batch: its shared-prefix chunks into the static buffers."""
-        if self._graph_cascade(padded):
-            assert self.planner is not None
-            self.planner.fill(forward_batch.shared_prefix_groups, forward_batch.batch_size, padded)
+    def fill_graph_metadata(self, forward_batch: ForwardBatch, padded: int):
+        """Before replaying a `padded`-row graph for this batch: its shared-prefix chunks into the static
+        buffers and the "cascade" variant, or the plain variant when it has none."""
+        if not self._graph_cascade(padded) or not forward_batch.shared_prefix_groups:
+            return None
+        assert self.planner is not None
+        filled = self.planner.fill(forward_batch.shared_prefix_groups, forward_batch.batch_size, padded)
+        return "cascade" if filled else None
 
     def _graph_cascade(self, rows: int) -> bool:
         """Whether the graph of `rows` rows captures cascade launches (the static buffers hold max_batch rows)."""
