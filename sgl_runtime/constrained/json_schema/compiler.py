@@ -47,6 +47,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     NUMBER_KEYWORDS,
     OBJECT_KEYWORDS,
     STRING_KEYWORDS,
+    types_of,
 )
 from sgl_runtime.constrained.json_schema.strings import string_dfa
 from sgl_runtime.constrained.json_schema.unevaluated import needs_case_split, unevaluated_constraint
@@ -253,7 +254,7 @@ class _Compiler:
 
     # ----------------------------------------------------------------- types and values
     def _values(self, schema: dict, level: int, mode: int) -> Dfa:
-        types = _types(schema)
+        types = types_of(schema, integer_in_number=False)
         has_type_keywords = any(k in schema for kws in TYPE_KEYWORDS.values() for k in kws) or any(
             k in schema for k in ("unevaluatedProperties", "unevaluatedItems")
         )
@@ -353,16 +354,6 @@ def _contributors(schema: dict) -> int:
     applicators += "if" in schema and ("then" in schema or "else" in schema)  # `if` and its branch
     all_of = schema.get("allOf")
     return own + applicators + (len(all_of) if isinstance(all_of, list) else 0) + needs_case_split(schema)
-
-
-def _types(schema: dict) -> tuple:
-    declared = schema.get("type")
-    if declared is None:
-        return ALL_TYPES
-    names = [declared] if isinstance(declared, str) else declared
-    if not isinstance(names, list) or any(n not in ALL_TYPES for n in names):
-        raise ConstraintError(f"type: invalid value {declared!r}")
-    return tuple(t for t in ALL_TYPES if t in names)
 
 
 def _type_allowed(value_type: str, types: tuple) -> bool:

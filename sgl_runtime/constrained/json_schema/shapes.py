@@ -49,14 +49,16 @@ def category(value_type: str) -> str:
     return value_type if value_type in (OBJECT, ARRAY) else SCALAR
 
 
-def types_of(schema: dict) -> tuple:
+def types_of(schema: dict, integer_in_number: bool = True) -> tuple:
+    """The JSON types `schema`'s `type` names, in ALL_TYPES order (all when absent); "number" also
+    names "integer" unless integer_in_number=False (the flat compiler keeps them apart)."""
     declared = schema.get("type")
     if declared is None:
         return ALL_TYPES
     names = [declared] if isinstance(declared, str) else declared
     if not isinstance(names, list) or any(n not in ALL_TYPES for n in names):
         raise ConstraintError(f"type: invalid value {declared!r}")
-    return tuple(t for t in ALL_TYPES if t in names or (t == "integer" and "number" in names))
+    return tuple(t for t in ALL_TYPES if t in names or (integer_in_number and t == "integer" and "number" in names))
 
 
 def whole_categories(types: tuple) -> bool:
