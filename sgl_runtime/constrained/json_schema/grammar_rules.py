@@ -186,10 +186,13 @@ def array_rule(b, schema: dict) -> str | None:
             b.comp.unsupported("uniqueItems", "not exact beside prefixItems on arrays too large for one automaton")
         else:
             unique = b.unique_items(schema.get("items", True))
-    if isinstance(unique, tuple):
-        return _unique_array_rule(b, unique, min_items, max_items)
     elements = [b.node(s) for s in prefix]
-    rest = b.node(schema.get("items", True), CATEGORIES) if unique is None else unique
+    if isinstance(unique, tuple):  # the first item's terminal, then `,item` ones: the comma is theirs
+        first, rest = unique
+        separator = []
+    else:
+        rest = b.node(schema.get("items", True), CATEGORIES) if unique is None else unique
+        first, separator = rest, [b.punct("COMMA")]
     limit = next((p for p, e in enumerate(elements) if e is None), len(prefix) if rest is None else None)
     if limit is not None:
         max_items = limit if max_items is None else min(max_items, limit)
@@ -200,39 +203,17 @@ def array_rule(b, schema: dict) -> str | None:
         return None
 
     def element(p: int) -> str:
-        return elements[p] if p < len(prefix) else rest
+        return elements[p] if p < len(prefix) else first if p == 0 else rest
 
-    lbracket, rbracket, comma = b.punct("LBRACKET"), b.punct("RBRACKET"), b.punct("COMMA")
+    lbracket, rbracket = b.punct("LBRACKET"), b.punct("RBRACKET")
     names = [""] + [b.name("a") for _ in range(top)]
     rules: dict = {names[1]: [[element(0)]]} if top else {}
     for p in range(1, top):
-        rules[names[p + 1]] = [[names[p], comma, element(p)]]
+        rules[names[p + 1]] = [[names[p], *separator, element(p)]]
     if max_items is None:
-        rules[names[top]].append([names[top], comma, element(top)])
+        rules[names[top]].append([names[top], *separator, element(top)])
     for name, alts in rules.items():
         b.rule(alts, name)
-    alternatives = [[lbracket, rbracket]] if min_items == 0 else []
-    alternatives += [[lbracket, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
-    return b.rule(alternatives) if alternatives else None
-
-
-def _unique_array_rule(b, items: tuple, min_items: int, max_items) -> str | None:
-    """`[` first-item (`,item`)* `]` with the item terminals of `GrammarBuilder.unique_items`."""
-    first, later = items
-    top = max_items if max_items is not None else max(min_items, 1)
-    if top > MAX_ARRAY_POSITIONS:
-        raise ConstraintError(f"minItems/maxItems: more than {MAX_ARRAY_POSITIONS} positions in the grammar form")
-    if min_items > top:
-        return None
-    names = [""] + [b.name("a") for _ in range(top)]
-    rules: dict = {names[1]: [[first]]} if top else {}
-    for p in range(1, top):
-        rules[names[p + 1]] = [[names[p], later]]
-    if max_items is None:
-        rules[names[top]].append([names[top], later])
-    for name, alts in rules.items():
-        b.rule(alts, name)
-    lbracket, rbracket = b.punct("LBRACKET"), b.punct("RBRACKET")
     alternatives = [[lbracket, rbracket]] if min_items == 0 else []
     alternatives += [[lbracket, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
     return b.rule(alternatives) if alternatives else None
