@@ -45,6 +45,8 @@ def _arrays(pool, up_to=3):
         ({"items": {"$ref": "#/$defs/tag"}, "$defs": {"tag": TAG}}, TAGS),
         ({"items": TAG, "minItems": 2}, TAGS),
         ({"items": {"type": ["string", "null", "boolean"]}}, ["a", None, True, False, "b"]),
+        ({"items": {"type": "string", "maxLength": 40}}, STRINGS),  # long strings: counted terminals
+        ({"items": {"type": "string", "pattern": '^[ab\\n"é]{0,35}$'}}, STRINGS),
     ],
 )
 def test_unique_items_language_agrees_with_jsonschema(schema, pool):
@@ -84,6 +86,11 @@ TOKENS = ["[", "]", '"', "a", "b", '"a"', '"b"', ",", '","', '",', ',"', '"]', "
     [
         {"type": "array", "uniqueItems": True, "items": {"type": "string", "pattern": "^(a|b|ab)$"}},
         {"type": "array", "uniqueItems": True, "minItems": 2, "items": {"type": "string", "pattern": "^[ab]{1,2}$"}},
+        {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": "^(a|b|aa|ab|ba|bb)$", "maxLength": 40},  # counted
+        },
     ],
 )
 def test_masks_allow_exactly_the_prefixes_of_valid_arrays(schema):
@@ -143,6 +150,13 @@ def qwen():
             "additionalProperties": False,
         },
         {"type": "array", "uniqueItems": True, "minItems": 4, "maxItems": 6, "items": {"enum": None}},
+        {
+            "type": "array",
+            "uniqueItems": True,
+            "minItems": 4,
+            "maxItems": 6,
+            "items": {"type": "string", "pattern": "^[ab]*$", "minLength": 1, "maxLength": 40},  # counted
+        },
     ],
 )
 def test_sampling_through_qwen_yields_valid_instances(qwen, schema):

@@ -49,14 +49,7 @@ class ByteDFA:
     @classmethod
     def from_fsm(cls, fsm: interegular.fsm.FSM, max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
         """UTF-8 expansion of a character FSM (incl. `anything_else`), minimised and pruned."""
-        if len(fsm.states) > max_states:
-            raise ConstraintError(f"constraint too large: {len(fsm.states)} character states > {max_states}")
-        states = sorted(fsm.states, key=repr)
-        number = {s: i for i, s in enumerate(states)}
-        expander = Utf8Expander(_code_point_partition(fsm), max_states=max_states)
-        symbol_targets = _symbol_target_table(fsm, states, number, expander.num_symbols)
-        accepting_chars = np.array([s in fsm.finals for s in states], dtype=bool)
-        table, accepting = expander.expand(symbol_targets, accepting_chars)
+        table, accepting, number = utf8_table(fsm, max_states)
         dfa = cls(table, number[fsm.initial], accepting)
         return dfa._pruned()._minimised()
 
@@ -161,6 +154,21 @@ class ByteDFA:
             return self
         merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
         return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
+
+
+def utf8_table(fsm: interegular.fsm.FSM, max_states: int = DEFAULT_MAX_STATES) -> tuple:
+    """(byte table [n, 256] int32, accepting [n] bool, {character state: byte state}) of the UTF-8
+    expansion of a character FSM, neither pruned nor minimised (intermediate states of
+    multi-byte characters follow the character states)."""
+    if len(fsm.states) > max_states:
+        raise ConstraintError(f"constraint too large: {len(fsm.states)} character states > {max_states}")
+    states = sorted(fsm.states, key=repr)
+    number = {s: i for i, s in enumerate(states)}
+    expander = Utf8Expander(_code_point_partition(fsm), max_states=max_states)
+    symbol_targets = _symbol_target_table(fsm, states, number, expander.num_symbols)
+    accepting_chars = np.array([s in fsm.finals for s in states], dtype=bool)
+    table, accepting = expander.expand(symbol_targets, accepting_chars)
+    return table, accepting, number
 
 
 def _closure(start: np.ndarray, table: np.ndarray, n: int) -> np.ndarray:

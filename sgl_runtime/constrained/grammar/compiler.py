@@ -93,9 +93,10 @@ class GrammarConstraint(Constraint):
     def bitmask(self, state: GrammarState) -> np.ndarray:
         """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
         with self._lock:
-            mask = self._cache.get(state)
+            key = state if self.engine.unique_types else self.masks.canonical(state)  # unique items: exact state
+            mask = self._cache.get(key)
             if mask is not None:
-                self._cache.move_to_end(state)
+                self._cache.move_to_end(key)
                 return mask
             mask = self.masks.mask(state)
             if self.engine.unique_types:
@@ -103,7 +104,7 @@ class GrammarConstraint(Constraint):
             if self._eos.size and self.engine.at_eof(state):
                 _set_bits(mask, self._eos)
             mask.flags.writeable = False
-            self._cache[state] = mask
+            self._cache[key] = mask
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
             return mask

@@ -157,12 +157,10 @@ class GrammarEngine:
         track = ctx.unique_slots
         buf, i = data, 0
         while i < len(buf):
-            b = buf[i]
-            code = ctx.code[x, b]
+            code, y, token_type = ctx.step(x, buf[i])
             if code == DEAD:
                 return None
             if code == CLOSE_BEFORE or code == CLOSE_HERE:
-                token_type = int(ctx.ctype[x, b])
                 closed = self.close(stack, ignored, token_type)
                 if closed is None:
                     return None
@@ -181,7 +179,6 @@ class GrammarEngine:
                     i += 1
                 tail = token = b""
                 continue
-            y = int(ctx.nxt[x, b])
             tail = b"" if (code == ACCEPT or ctx.winner[y] < 0) else tail + buf[i : i + 1]
             if track:
                 token += buf[i : i + 1]
@@ -197,7 +194,7 @@ class GrammarEngine:
             alive = ctx.alive_slots(x)
             if len(alive) == 1 and alive[0] in ctx.unique_slots:
                 return self._unique_viable(state, ctx, alive[0])
-        if ctx.possible[x] & self.allowed_bits(state.stack, state.ignored):
+        if ctx.possible(x) & self.allowed_bits(state.stack, state.ignored):
             return True
         if ctx.is_fresh(x):
             return self.parser.accepts_end(state.stack)
@@ -290,7 +287,7 @@ def escapes(trans, label, q: int, prefix: bytes, blocked: list) -> bool:
         q, words = todo.pop()
         if label[q] >= 0 and b"" not in words:
             return True
-        row = trans[q]
+        row = np.asarray(trans[q])
         firsts = {w[0] for w in words if w}
         if any(b not in firsts for b in np.flatnonzero(row >= 0).tolist()):
             return True

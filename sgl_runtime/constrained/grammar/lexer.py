@@ -23,30 +23,27 @@ CONTINUE, ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD = 0, 1, 2, 3, 4
 
 
 class LexerContext:
-    """The product automaton of one lexer context, explored eagerly from the token start."""
+    """The product automaton of one lexer context, built lazily: a state's row (next state, event
+    and closed type per byte class) is computed when first needed (`ensure`, `step`), and its
+    `possible` bits when first asked."""
 
-    def __init__(self, slots: list[SlotDFA], max_states: int = 50_000) -> None:
+    def __init__(self, slots: list, max_states: int = 50_000) -> None:
         self.slots = slots
         self.n = len(slots)
         self._max_states = max_states
         self._reps, self.class_of = _byte_classes(slots)  # class_of: [256] byte -> byte class
+        self.n_classes = len(self._reps)
         self._reps_list = self._reps.tolist()
-        self._trans = [s.trans.tolist() for s in slots]
-        self._label = [s.label.tolist() for s in slots]
-        self._live = [s.live.tolist() for s in slots]
+        self._class_list = self.class_of.tolist()
+        self._trans = [s.trans if not isinstance(s, SlotDFA) else s.trans.tolist() for s in slots]
+        self._label = [s.label if not isinstance(s, SlotDFA) else s.label.tolist() for s in slots]
+        self._live = [s.live if not isinstance(s, SlotDFA) else s.live.tolist() for s in slots]
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
-        start = (*[s.initial for s in slots], -1, -1, 0, 1)
-        self.initial = self._intern(start)
-        rows = self._explore()
-        self.nxt = np.stack([r[0] for r in rows]).astype(np.int32)  # [S, 256]
-        self.code = np.stack([r[1] for r in rows]).astype(np.int8)  # [S, 256]
-        self.ctype = np.stack([r[2] for r in rows]).astype(np.int32)  # [S, 256]
-        keys = np.array(self._keys, dtype=np.int64)  # [S, n + 4]
-        self.winner = keys[:, self.n].astype(np.int32)
-        self.wtype = keys[:, self.n + 1].astype(np.int32)
-        self.at_accept = keys[:, self.n + 2].astype(bool)
-        self.possible = self._possible_types()
+        self._py_rows: list = []  # per state: (codes, next states, closed types) per class, or None
+        self._possible: dict[int, int] = {}
+        self._grow(64)
+        self.initial = self._intern((*[s.initial for s in slots], -1, -1, 0, 1))
 
     slot_types: list = []  # each slot's token type (set by the engine)
     unique_slots: tuple = ()  # slots of unique-array item terminals (set by the engine)
@@ -54,6 +51,50 @@ class LexerContext:
     @property
     def n_states(self) -> int:
         return len(self._keys)
+
+    def ensure(self, states: np.ndarray) -> bool:
+        """Build the rows of `states` not built yet; whether any was (the row arrays may then have
+        been reallocated: read `nxt`, `code`, `ctype` again)."""
+        todo = states[~self.built[states]]
+        if not todo.size:
+            return False
+        for x in np.unique(todo).tolist():
+            self._build(x)
+        return True
+
+    def step(self, state: int, byte: int) -> tuple[int, int, int]:
+        """(event, next state, closed type) of `byte` from `state`."""
+        row = self._py_rows[state]
+        if row is None:
+            row = self._build(state)
+        c = self._class_list[byte]
+        return row[0][c], row[1][c], row[2][c]
+
+    def live_bytes(self, state: int) -> np.ndarray:
+        """bool [256]: the bytes that do not kill the token from `state`."""
+        if self._py_rows[state] is None:
+            self._build(state)
+        return self.code[state][self.class_of] != DEAD
+
+    def possible(self, state: int) -> int:
+        """Bitset of the token types some continuation from `state` can close the token with."""
+        bits = self._possible.get(state)
+        if bits is None:
+            bits = self._possible[state] = self._compute_possible(state)
+        return bits
+
+    def representative(self, state: int, horizon: int) -> int:
+        """A state whose next `horizon` bytes behave exactly as `state`'s (itself, or for a lone
+        counted slot inside a long string the same position at a canonical count)."""
+        key = self._keys[state]
+        if key[self.n] >= 0:
+            return state  # a winner: the bytes after it may be lexed again
+        alive = [i for i, q in enumerate(key[: self.n]) if q >= 0]
+        if len(alive) != 1 or not hasattr(self.slots[alive[0]], "representative"):
+            return state
+        i = alive[0]
+        q = self.slots[i].representative(key[i], horizon)
+        return state if q == key[i] else self._intern((*key[:i], q, *key[i + 1 :]))
 
     def slot_state(self, state: int, slot: int) -> int:
         """The DFA state of `slot` in product state `state` (-1: that slot has died)."""
@@ -65,7 +106,28 @@ class LexerContext:
     def is_fresh(self, state: int) -> bool:
         return state == self.initial
 
-    # ---- private: exploration -------------------------------------------------------------
+    # ---- private: states and rows -----------------------------------------------------------
+
+    def _grow(self, capacity: int) -> None:
+        old = len(self._keys)
+        shape = (capacity, self.n_classes)
+        nxt, code, ctype = np.full(shape, -1, np.int32), np.full(shape, DEAD, np.int8), np.full(shape, -1, np.int32)
+        built = np.zeros(capacity, dtype=bool)
+        winner, wtype, at_accept = (
+            np.full(capacity, -1, np.int32),
+            np.full(capacity, -1, np.int32),
+            np.zeros(capacity, bool),
+        )
+        if old:
+            nxt[:old], code[:old], ctype[:old], built[:old] = (
+                self.nxt[:old],
+                self.code[:old],
+                self.ctype[:old],
+                self.built[:old],
+            )
+            winner[:old], wtype[:old], at_accept[:old] = self.winner[:old], self.wtype[:old], self.at_accept[:old]
+        self.nxt, self.code, self.ctype, self.built = nxt, code, ctype, built  # [S, classes], [S]
+        self.winner, self.wtype, self.at_accept = winner, wtype, at_accept  # [S]
 
     def _intern(self, key: tuple) -> int:
         idx = self._index.get(key)
@@ -73,24 +135,24 @@ class LexerContext:
             idx = len(self._keys)
             if idx >= self._max_states:
                 raise ConstraintError(f"grammar lexer context too large (> {self._max_states} states)")
+            if idx >= len(self.built):
+                self._grow(2 * len(self.built))
             self._index[key] = idx
             self._keys.append(key)
+            self._py_rows.append(None)
+            self.winner[idx], self.wtype[idx], self.at_accept[idx] = key[self.n], key[self.n + 1], bool(key[self.n + 2])
         return idx
 
-    def _explore(self) -> list:
-        rows, i = [], 0
-        while i < len(self._keys):
-            rows.append(self._row(self._keys[i]))
-            i += 1
-        return rows
-
-    def _row(self, key: tuple):
-        """Next state, event and closed type for all 256 bytes from product state `key`."""
-        nxt, code, ctype = self._class_row(key)
-        return nxt[self.class_of], code[self.class_of], ctype[self.class_of]
+    def _build(self, state: int) -> tuple:
+        row = self._class_row(self._keys[state])  # may intern (and reallocate) first
+        self.nxt[state], self.code[state], self.ctype[state] = row
+        self.built[state] = True
+        self._py_rows[state] = py = (row[1].tolist(), row[0].tolist(), row[2].tolist())  # code, next, type
+        return py
 
     def _class_row(self, key: tuple):
-        """`_row` on one representative byte per byte class (bytes no slot tells apart)."""
+        """Next state, event and closed type on one representative byte per byte class (bytes
+        no slot tells apart) from product state `key`."""
         n, reps = self.n, self._reps_list
         nxt, code, ctype = [-1] * len(reps), [DEAD] * len(reps), [-1] * len(reps)
         states, w, wtype = key[:n], key[n], key[n + 1]
@@ -111,41 +173,56 @@ class LexerContext:
             else:
                 code[c] = ACCEPT if accepted else CONTINUE
                 nxt[c] = self._intern((*d, new_w, new_type, int(accepted), 0))
-        return np.array(nxt), np.array(code), np.array(ctype)
+        return np.array(nxt, np.int32), np.array(code, np.int8), np.array(ctype, np.int32)
 
-    def _possible_types(self) -> list[int]:
-        """Bitset per state of the types a continuation can close the token with."""
-        n_states = self.n_states
-        own = [0] * n_states
-        succ = []
-        for s in range(n_states):
-            bits = 0
-            if self.at_accept[s] and self.winner[s] >= 0:
-                bits |= 1 << int(self.wtype[s])
-            for t in np.unique(self.ctype[s][self.code[s] == CLOSE_HERE]).tolist():
-                bits |= 1 << t
-            own[s] = bits
-            go = (self.code[s] == CONTINUE) | (self.code[s] == ACCEPT)
-            succ.append([x for x in np.unique(self.nxt[s][go]).tolist() if x != s])
-        poss = list(own)
-        changed = True
-        while changed:
-            changed = False
-            for s in reversed(range(n_states)):
-                bits = poss[s]
-                for t in succ[s]:
-                    bits |= poss[t]
-                if bits != poss[s]:
-                    poss[s] = bits
-                    changed = True
-        return poss
+    # ---- private: possible types -------------------------------------------------------------
+
+    def _own_bits(self, state: int) -> int:
+        """The type the token closes with if it ends here (0 if it cannot)."""
+        return 1 << int(self.wtype[state]) if self.at_accept[state] and self.winner[state] >= 0 else 0
+
+    def _upper_bits(self, state: int) -> tuple[int, int]:
+        """(bits, alive slots): an over-approximation of `possible` that is exact when at most
+        one slot is alive (a slot's own reachable types, every slot state being live)."""
+        bits, alive = self._own_bits(state), 0
+        for i, q in enumerate(self._keys[state][: self.n]):
+            if q >= 0:
+                bits |= self.slots[i].reach_bits(q)
+                alive += 1
+        return bits, alive
+
+    def _compute_possible(self, state: int) -> int:
+        """The union of own and CLOSE_HERE types over the states reachable while the token goes
+        on: searched until it reaches the upper bound, where one slot alive is exact."""
+        upper, alive = self._upper_bits(state)
+        if alive <= 1:
+            return upper
+        bits, todo, seen = 0, [state], {state}
+        while todo and bits != upper:
+            x = todo.pop()
+            codes, nxts, types = self._py_rows[x] or self._build(x)
+            bits |= self._own_bits(x)
+            for c, y, t in zip(codes, nxts, types):
+                if c == CLOSE_HERE:
+                    bits |= 1 << t
+                elif (c == CONTINUE or c == ACCEPT) and y not in seen:
+                    seen.add(y)
+                    known = self._possible.get(y)
+                    if known is None:
+                        y_upper, y_alive = self._upper_bits(y)
+                        known = y_upper if y_alive <= 1 else None
+                    if known is None:
+                        todo.append(y)
+                    else:
+                        bits |= known
+        return bits
 
 
-def _byte_classes(slots: list[SlotDFA]) -> tuple[np.ndarray, np.ndarray]:
-    """One representative byte per class of bytes with identical columns in every slot DFA,
+def _byte_classes(slots: list) -> tuple[np.ndarray, np.ndarray]:
+    """One representative byte per class of bytes with identical columns in every slot's table,
     and each byte's class."""
     if not slots:
         return np.zeros(1, dtype=np.int64), np.zeros(256, dtype=np.int64)
-    cols = np.concatenate([s.trans for s in slots], axis=0).T  # [256, sum of slot states]
+    cols = np.concatenate([s.columns for s in slots], axis=0).T  # [256, sum of slot rows]
     _, reps, class_of = np.unique(cols, axis=0, return_index=True, return_inverse=True)
     return reps.astype(np.int64), class_of.reshape(-1).astype(np.int64)

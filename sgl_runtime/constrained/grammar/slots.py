@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 try:  # Python >= 3.11
     import re._constants as sre_constants
@@ -25,6 +26,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.unicode import folded_literal, unicode_classes
 
@@ -35,6 +37,24 @@ class SlotDFA:
     label: np.ndarray  # int32 [m], type index of an accepting state, -1 otherwise
     live: np.ndarray  # bool [m], whether any byte leads on
     initial: int
+    _reach: Optional[list] = field(default=None, repr=False, compare=False)
+
+    @property
+    def columns(self) -> np.ndarray:
+        """The table whose equal columns make bytes alike (the lexer's byte classes)."""
+        return self.trans
+
+    def reach_bits(self, q: int) -> int:
+        """Bitset of the labels reachable from state `q` (every state reaches one)."""
+        if self._reach is None:
+            src, byte = np.nonzero(self.trans >= 0)
+            dst = self.trans[src, byte].astype(np.int64)
+            reach = [0] * len(self.label)
+            for t in np.unique(self.label[self.label >= 0]).tolist():
+                for s in np.flatnonzero(closure_back(self.label == t, src, dst)).tolist():
+                    reach[s] |= 1 << t
+            self._reach = reach
+        return self._reach[q]
 
 
 # lark's common.ESCAPED_STRING uses a lookbehind; this lookaround-free regex matches the same
@@ -153,10 +173,15 @@ def _tree_has(node, ops: set) -> bool:
 
 def build_slot(
     terminal, unless: list, ignored: bool, type_index: dict, poison: int, max_ignore_bytes: int, dfa_cache: dict
-) -> SlotDFA:
-    """The labelled DFA of one scanner slot (see the module docstring)."""
+) -> SlotDFA | CountedSlot:
+    """The labelled DFA of one scanner slot (see the module docstring); a terminal whose
+    automaton is a CountedDFA gets a lazily built CountedSlot."""
     base = terminal_dfa(terminal, dfa_cache)
     own = type_index[terminal.name]
+    if isinstance(base, CountedDFA):
+        if unless or ignored:
+            raise ConstraintError(f"grammar terminal {terminal.name}: a counted terminal cannot be ignored or retyped")
+        return CountedSlot(base, own)
     if not unless and not ignored:
         label = np.where(base.accepting, own, -1).astype(np.int32)
         return SlotDFA(base.transitions, label, (base.transitions >= 0).any(1), base.initial)

@@ -22,8 +22,11 @@ import numpy as np
 
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
+from sgl_runtime.constrained.grammar.token_classes import TokenClasses
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
+MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
+GROUP_AFTER_RUNS = 2  # full runs of a context before its tokens are grouped
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
 
 
@@ -124,6 +127,7 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int, rows: np.
     base = table.starts[rows] + offs
     st = np.full(len(rows), x0, dtype=np.int64)
     la = np.full(len(rows), -tail_len, dtype=np.int64)
+    class_of, n_classes = ctx.class_of, ctx.n_classes
     code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
     inside, closes = [], []
     j = 0
@@ -134,7 +138,9 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int, rows: np.
             idx, base, st, la = idx[:alive], base[:alive], st[:alive], la[:alive]
             if not alive:
                 break
-        flat_i = st * 256 + table.flat[base + j]
+        if ctx.ensure(st):  # rows built now: the tables may have moved
+            code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+        flat_i = st * n_classes + class_of[table.flat[base + j]]
         code = code_flat[flat_i]
         go = code <= ACCEPT
         if not go.all():
@@ -205,6 +211,23 @@ def _content_key(rows: np.ndarray, offs: np.ndarray) -> tuple:
     return ("rows", digest.digest())
 
 
+def _expanded(run: Run, classes: TokenClasses, table: TokenTable) -> Run:
+    """`run` over representative tokens, given to every token of their groups."""
+    out = Run()
+    for s, g in run.inside:
+        rows, counts = classes.members(g.rows)
+        grown = Group(g.key, rows.astype(np.int32), None)
+        if g.offs is not None:
+            grown.offs, grown.la = np.repeat(g.offs, counts), np.repeat(g.la, counts)
+        if len(rows) >= PACK_THRESHOLD:
+            grown.packed = table.pack(rows)
+        out.inside.append((s, grown))
+    for t, in_tail, g in run.closes:
+        rows, counts = classes.members(g.rows)
+        out.closes.append((t, in_tail, _close_group(rows, np.repeat(g.offs, counts), table)))
+    return out
+
+
 class MaskBuilder:
     """Exact allowed-token bitmasks of grammar states, with shared cached runs."""
 
@@ -214,9 +237,22 @@ class MaskBuilder:
         self._runs: OrderedDict = OrderedDict()
         self._max_runs = max_runs
         self._masks: OrderedDict = OrderedDict()
+        self._horizon = int(table.lens.max(initial=0))  # the most bytes one row pushes
+        self._classes: dict = {}  # id(context) -> TokenClasses, None, or the number of full runs so far
+
+    def canonical(self, state: GrammarState) -> GrammarState:
+        """A state with the same mask: inside a long string, one count stands for all the counts
+        that no token can tell apart (LexerContext.representative)."""
+        if state.tail:
+            return state
+        lex = self.engine.context(state.stack).representative(state.lex, self._horizon)
+        return (
+            state if lex == state.lex else GrammarState(state.stack, state.ignored, lex, b"", state.token, state.seen)
+        )
 
     def mask(self, state: GrammarState) -> np.ndarray:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
+        state = self.canonical(state)
         ids: list = []
         packed: list = []
         self._collect(state, ("all",), None, None, ids, packed)
@@ -238,7 +274,7 @@ class MaskBuilder:
         run = self._run(ctx, state, rows_key, rows, offs)
         allowed = engine.allowed_bits(state.stack, state.ignored)
         for s, g in run.inside:
-            if ctx.possible[s] & allowed or (ctx.is_fresh(s) and engine.parser.accepts_end(state.stack)):
+            if ctx.possible(s) & allowed or (ctx.is_fresh(s) and engine.parser.accepts_end(state.stack)):
                 if g.packed is not None:
                     packed.append(g.packed)
                 else:
@@ -286,9 +322,27 @@ class MaskBuilder:
         return run
 
     def _run_all(self, ctx: LexerContext, state: GrammarState) -> Run:
-        """All tokens, less those whose first byte is dead from here."""
-        rows = self.table.rows_starting_with(ctx.code[state.lex] != DEAD)
-        return walk(self.table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
+        """All tokens, less those whose first byte is dead from here; from a context's second
+        such run on, one token per class sequence (token_classes.py), its outcome then shared."""
+        live = ctx.live_bytes(state.lex)
+        classes = self._token_classes(ctx)
+        if classes is None:
+            rows = self.table.rows_starting_with(live)
+            return walk(self.table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
+        reps = classes.reps[live[self.table.flat[self.table.starts[classes.reps]]]]
+        run = walk(self.table, ctx, state.lex, len(state.tail), reps, np.zeros(len(reps), np.int64))
+        return _expanded(run, classes, self.table)
+
+    def _token_classes(self, ctx: LexerContext) -> Optional[TokenClasses]:
+        """The context's token grouping, built on its GROUP_AFTER_RUNS + 1st full run from a new
+        state (a string's positions; None: not worth it)."""
+        found = self._classes.get(id(ctx), 0)
+        if isinstance(found, int):
+            if found < GROUP_AFTER_RUNS and ctx.n_classes <= MAX_GROUPED_CLASSES:
+                self._classes[id(ctx)] = found + 1
+                return None
+            found = self._classes[id(ctx)] = TokenClasses.build(self.table, ctx.class_of) if found else None
+        return found
 
     def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
         """Rows ending after the winner's last accept: decide each by closing there (rare)."""

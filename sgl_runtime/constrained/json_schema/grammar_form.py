@@ -19,14 +19,16 @@ that combine several constraints on objects or arrays too large for one automato
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, literal, to_interegular, work_budget
 from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
 from sgl_runtime.constrained.json_schema.presence import presence
+from sgl_runtime.constrained.json_schema.schema_grammar import SchemaGrammar
 from sgl_runtime.constrained.json_schema.shapes import (
     ARRAY,
     ARRAY_KEYWORDS,
@@ -46,6 +48,7 @@ from sgl_runtime.constrained.json_schema.strings import string_dfa, string_liter
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
+LEAF_EXPANSION_STATES = 60_000  # byte states of a terminal's UTF-8 expansion, before minimisation
 MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
 # the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
 _TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
@@ -65,51 +68,6 @@ def is_unique_refusal(exc: ConstraintError) -> bool:
 def is_budget_error(exc: ConstraintError) -> bool:
     """Whether a flat compile failed on its size rather than on an unsupported keyword."""
     return str(exc).startswith(_TOO_BIG)
-
-
-@dataclass
-class SchemaGrammar:
-    """A lark grammar whose terminals are placeholders for the byte DFAs in `terminals`."""
-
-    text: str
-    terminals: dict
-    unique: dict = field(default_factory=dict)  # unique-array item terminals (GrammarEngine)
-    _engine: Any = field(default=None, repr=False, compare=False)
-
-    def __getstate__(self) -> dict:
-        return {"text": self.text, "terminals": self.terminals, "unique": self.unique, "_engine": None}
-
-    def constraint(self, vocabulary, **options):
-        from sgl_runtime.constrained.grammar.compiler import GrammarConstraint
-
-        return GrammarConstraint(
-            self.text,
-            vocabulary,
-            syntax="lark",
-            terminal_dfas=self.terminals,
-            default_reductions=True,
-            unique_terminals=self.unique,
-            **options,
-        )
-
-    def engine(self):
-        if self._engine is None:
-            from sgl_runtime.constrained.grammar.engine import GrammarEngine
-            from sgl_runtime.constrained.grammar.source import build_lark
-
-            self._engine = GrammarEngine(
-                build_lark(self.text),
-                terminal_dfas=self.terminals,
-                default_reductions=True,
-                unique_terminals=self.unique,
-            )
-        return self._engine
-
-    def accepts(self, text: str) -> bool:
-        """Whether `text` is in the language (no vocabulary needed)."""
-        engine = self.engine()
-        state = engine.feed(engine.initial, text.encode("utf-8"))
-        return state is not None and engine.at_eof(state)
 
 
 def first_char_dfa(cats: frozenset) -> Dfa:
@@ -170,7 +128,15 @@ class GrammarBuilder:
         terminal for the first or the later (`,item`) items of an array of unique items."""
         if key is not None and key in self._terms:
             return self._terms[key][0]
-        byte_dfa = ByteDFA.from_fsm(to_interegular(dfa))
+        if isinstance(dfa, CountedDFA):  # long strings (long_strings.py), shared by key only
+            name = self.name("U" if unique else "T")
+            self.terminals[name] = dfa
+            if unique:
+                self.unique[name] = unique
+            elif key is not None:
+                self._terms[key] = (name, dfa)
+            return name
+        byte_dfa = ByteDFA.from_fsm(to_interegular(dfa), max_states=LEAF_EXPANSION_STATES)
         if unique:
             name = self.name("U")
             self.terminals[name], self.unique[name] = byte_dfa, unique
@@ -264,6 +230,11 @@ class GrammarBuilder:
         cats = cats & self.shapes.admits(schema)
         if not cats:
             return None
+        counted = counted_leaf(self, schema, cats)
+        if counted is not NOT_COUNTED:
+            return counted
+        if cats - {SCALAR} and holds_long_string(self, schema):
+            return _NOFLAT  # rules, whose string leaves are counted
         target = self._without_type(schema)
         try:
             with work_budget(self.leaf_budget):

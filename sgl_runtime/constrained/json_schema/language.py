@@ -9,6 +9,9 @@
   if it compiles;
 - `uniqueItems` that the automaton cannot enforce (items of an infinite domain) takes the grammar
   form, which enforces it on items spelled one way only (`unique_grammar.py`);
+- a closed schema with a string of a long length bound (more than COUNTED_ABOVE characters)
+  takes the grammar form, where that string is one counted terminal (long_strings.py), unless
+  the grammar form refuses it;
 - an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
 """
 
@@ -27,6 +30,7 @@ from sgl_runtime.constrained.json_schema.grammar_form import (
     is_budget_error,
     is_unique_refusal,
 )
+from sgl_runtime.constrained.json_schema.long_strings import has_long_strings
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.shapes import Shapes
 from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
@@ -49,6 +53,12 @@ def compile_schema(schema, **options):
         closed = Shapes(RefResolver(latest)).closed(latest)
     except RecursionError:
         raise ConstraintError("json_schema: schema nested too deeply to compile") from None
+    if closed and has_long_strings(latest):
+        try:
+            return schema_to_grammar(schema, **options)  # long strings stay counted, not one state each
+        except ConstraintError as exc:
+            if is_budget_error(exc) or is_unique_refusal(exc):
+                raise  # the flat automaton would refuse it too, after building long strings whole
     if closed:
         try:
             return schema_to_dfa(schema, **options)
@@ -65,8 +75,8 @@ def compile_schema(schema, **options):
     try:
         return schema_to_grammar(schema, **options)
     except ConstraintError as exc:
-        if is_budget_error(exc):
-            raise  # the flat automaton would need more still
+        if is_budget_error(exc) or (is_unique_refusal(exc) and has_long_strings(latest)):
+            raise  # the flat automaton would need more still, or refuse the same after building long strings
         refused = exc
     try:
         return schema_to_dfa(schema, **options)

@@ -12,6 +12,8 @@ import functools
 import json
 import re
 
+import numpy as np
+
 from sgl_runtime.constrained.automata import (
     ANY_CHAR,
     EMPTY,
@@ -20,8 +22,11 @@ from sgl_runtime.constrained.automata import (
     charset,
     literal,
     minimize,
+    to_interegular,
 )
 from sgl_runtime.constrained.automata_ops import intersect, union
+from sgl_runtime.constrained.byte_dfa import utf8_table
+from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 from sgl_runtime.constrained.regex_properties import class_body, complement_ranges
@@ -72,11 +77,13 @@ _COMMON_SPECIAL = frozenset('"\\\n\r\t')
 FULL_ESCAPES_UP_TO = 64
 
 
-def encode_content(content: Dfa, full_escapes: bool = True) -> Dfa:
+def encode_content(content: Dfa, full_escapes: bool = True, minimal: bool = True) -> Dfa:
     """The JSON string literals (quotes included) whose decoded value `content` accepts.
 
     full_escapes=False drops the rarely needed control characters (all but \\n, \\r, \\t), which
-    keeps length-bounded strings at two states per position instead of seven."""
+    keeps length-bounded strings at two states per position instead of seven. minimal=False keeps
+    the construction's states: 0 before the opening quote, 1 + s for content state s, then the
+    state after the closing quote, then those inside escapes."""
     specials = SPECIAL if full_escapes else _COMMON_SPECIAL
     if content.is_empty():
         return EMPTY
@@ -97,7 +104,8 @@ def encode_content(content: Dfa, full_escapes: bool = True) -> Dfa:
             edges[offset + s].append((charset('"'), close))
         if trie:
             _add_trie(edges, offset + s, trie)
-    return minimize(Dfa(tuple(tuple(e) for e in edges), frozenset({close})))
+    dfa = Dfa(tuple(tuple(e) for e in edges), frozenset({close}))
+    return minimize(dfa) if minimal else dfa
 
 
 def _add_trie(edges: list[list], root: int, words: dict) -> None:
@@ -189,6 +197,30 @@ def string_dfa(
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
     return encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
+
+
+def counted_string(min_length: int, max_length: int | None, patterns: tuple = (), extra: tuple = ()) -> CountedDFA:
+    """The JSON string literals of `string_dfa` as a CountedDFA: the uncounted literal automaton
+    (every escape spelled), whose transitions completing a decoded character are counted, with
+    the length bounds as count bounds (no state per position: see counted.py)."""
+    return CountedDFA(*_uncounted_literals(patterns, extra), min_length, max_length)
+
+
+@functools.lru_cache(maxsize=64)
+def _uncounted_literals(patterns: tuple, extra: tuple) -> tuple:
+    """(byte table, counted transitions, initial, accepting) of `counted_string` without bounds
+    (shared by the bounds of one pattern: the UTF-8 expansion of a Unicode class is costly)."""
+    parts = [pattern_content(p) for p in patterns] + list(extra)
+    content = intersect(*parts) if parts else any_content()
+    encoded = encode_content(content, minimal=False)
+    table, accepting, number = utf8_table(to_interegular(encoded))
+    is_content = np.zeros(len(table) + 1, dtype=bool)  # [-1] stays False: dead transitions
+    is_content[[number[1 + s] for s in range(content.num_states)]] = True
+    counted = is_content[table]
+    counted[number[0]] = False  # the opening quote
+    for array in (table, counted, accepting):
+        array.flags.writeable = False
+    return table, counted, number[0], accepting
 
 
 def literals_dfa(texts) -> Dfa:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sgl_runtime.constrained.automata import work_budget
 from sgl_runtime.constrained.automata_ops import concat
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_items, holds_long_string
 from sgl_runtime.constrained.json_schema.shapes import ARRAY_KEYWORDS, DYNAMIC, OBJECT_KEYWORDS, SCALAR_KEYWORDS
 from sgl_runtime.constrained.json_schema.values import NORMAL
 
@@ -62,19 +63,27 @@ def unique_items(b, items, is_budget_error, leaf_max_states: int):
             "of those with additionalProperties false, in compact JSON with key_order 'properties'",
         )
         return b.node(items)
+    counted = counted_items(b, items)
+    if counted is not NOT_COUNTED:
+        return counted
+    dfa = None
     try:
-        with work_budget(b.leaf_budget):
-            dfa = b.comp.compile(items, 0, b.mode)
+        if not holds_long_string(b, items):  # objects of long strings: no item automaton of a sane size
+            with work_budget(b.leaf_budget):
+                dfa = b.comp.compile(items, 0, b.mode)
     except ConstraintError as exc:
         if not is_budget_error(exc):
             raise
-        dfa = None
-    if dfa is None or dfa.num_states > leaf_max_states:
-        b.comp.unsupported("uniqueItems", "the items of a unique array must fit one automaton (grammar form)")
-        return b.node(items)
-    if dfa.is_empty():
-        return None
-    return b.terminal(dfa, unique=1), b.terminal(concat(b.tokens.comma, dfa), unique=2)
+    if dfa is not None and dfa.num_states <= leaf_max_states:
+        if dfa.is_empty():
+            return None
+        try:
+            return b.terminal(dfa, unique=1), b.terminal(concat(b.tokens.comma, dfa), unique=2)
+        except ConstraintError as exc:
+            if not is_budget_error(exc):
+                raise
+    b.comp.unsupported("uniqueItems", "the items of a unique array must fit one automaton (grammar form)")
+    return b.node(items)
 
 
 def canonical(b, schema, depth: int = 0) -> bool:

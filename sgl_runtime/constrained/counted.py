@@ -1,0 +1,234 @@
+"""Byte automata with a counter: a path is accepted when it ends in an accepting state having
+taken between `lo` and `hi` counted transitions (e.g. a JSON string of 1 to 2048 characters,
+where the transition completing each decoded character counts).
+
+`CountedDFA(table, counted, initial, accepting, lo, hi)` keeps only the small uncounted automaton
+and, for each state, the numbers of counted transitions that lead from it to acceptance: the
+sets S_L of states that accept after exactly L counted transitions are computed level by level
+until they repeat (or L passes `hi`), so the counts that reach acceptance are known exactly for
+any bound, e.g. maxLength 2**31, without building one state per count.
+
+`CountedSlot(dfa, token_type)` is a lexer slot over it (grammar/lexer.py): its states are
+(automaton state, count) pairs numbered as they are first reached, and only those from which a
+count in [lo, hi] is still reachable exist, so every state is live.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from sgl_runtime.constrained.errors import ConstraintError
+
+MAX_LEVELS = 100_000  # levels computed before the level sets must have repeated
+
+
+class CountedDFA:
+    """The uncounted automaton, its counted transitions and the count bounds (see the module)."""
+
+    def __init__(
+        self,
+        table: np.ndarray,
+        counted: np.ndarray,
+        initial: int,
+        accepting: np.ndarray,
+        lo: int,
+        hi: Optional[int],
+    ) -> None:
+        self.table = np.ascontiguousarray(table, dtype=np.int32)  # [m, 256], -1 dead
+        self.counted = np.asarray(counted, dtype=bool) & (self.table >= 0)  # [m, 256]
+        self.initial = int(initial)
+        self.accepting = np.asarray(accepting, dtype=bool)  # [m]
+        self.lo, self.hi = int(lo), (None if hi is None else int(hi))
+        if self.lo < 0 or (self.hi is not None and self.hi < self.lo):
+            raise ConstraintError(f"counted automaton: bad count bounds [{lo}, {hi}]")
+        self.levels, self.period = self._levels()
+        self._first: dict = {}
+        self._longest: Optional[int] = None
+
+    @property
+    def transitions(self) -> np.ndarray:
+        """The uncounted byte table (ByteDFA's name for it)."""
+        return self.table
+
+    def after(self, prefix: bytes) -> "CountedDFA":
+        """The same language with `prefix` (uncounted) before every text."""
+        k, m = len(prefix), self.table.shape[0]
+        table = np.full((k + m, 256), -1, dtype=np.int32)
+        table[k:] = np.where(self.table >= 0, self.table + k, -1)
+        for i, byte in enumerate(prefix):
+            table[i, byte] = i + 1 if i + 1 < k else self.initial + k
+        counted = np.concatenate([np.zeros((k, 256), dtype=bool), self.counted])
+        accepting = np.concatenate([np.zeros(k, dtype=bool), self.accepting])
+        return CountedDFA(table, counted, 0 if k else self.initial, accepting, self.lo, self.hi)
+
+    def is_empty(self) -> bool:
+        return not self.live(self.initial, 0)
+
+    def live(self, state: int, count: int) -> bool:
+        """Whether acceptance with a total count in [lo, hi] is reachable from (state, count)."""
+        first = self.first_level(state, max(self.lo - count, 0))
+        return first is not None and (self.hi is None or first <= self.hi - count)
+
+    def accepts(self, data: bytes) -> bool:
+        state, count = self.initial, 0
+        for b in data:
+            nxt = int(self.table[state, b])
+            if nxt < 0:
+                return False
+            count += int(self.counted[state, b])
+            state = nxt
+        return bool(self.accepting[state]) and self.lo <= count and (self.hi is None or count <= self.hi)
+
+    def longest_completion(self) -> int:
+        """The most counted transitions any live state needs, at least, to accept."""
+        if self._longest is None:
+            hit = self.levels.any(axis=0)
+            self._longest = int(self.levels.argmax(axis=0)[hit].max(initial=0))
+        return self._longest
+
+    def first_level(self, state: int, at_least: int) -> Optional[int]:
+        """The smallest L >= at_least such that `state` accepts after exactly L counted
+        transitions (None: none)."""
+        key = (state, at_least)
+        if key not in self._first:
+            self._first[key] = self._first_level(state, at_least)
+        return self._first[key]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_first": {}}
+
+    # ---- private --------------------------------------------------------------------------
+
+    def _first_level(self, state: int, at_least: int) -> Optional[int]:
+        column = self.levels[:, state]
+        n = len(column)
+        if at_least < n:
+            hits = np.flatnonzero(column[at_least:])
+            if hits.size:
+                return at_least + int(hits[0])
+        if self.period is None:
+            return None  # the levels stop at hi
+        start, size = self.period  # levels[start:start + size] repeat forever
+        residues = np.flatnonzero(column[start:])
+        if not residues.size:
+            return None
+        q, r = divmod(max(at_least, n) - start, size)
+        later = residues[residues >= r]
+        return start + q * size + int(later[0] if later.size else size + residues[0])
+
+    def _levels(self) -> tuple:
+        """(bool [n_levels, m]: S_0, S_1, ..., (start, size) of their cycle or None when they
+        stop at hi)."""
+        m = self.table.shape[0]
+        src, byte = np.nonzero(self.table >= 0)
+        dst = self.table[src, byte].astype(np.int64)
+        counted = self.counted[src, byte]
+        free = (src[~counted], dst[~counted])
+        step = (src[counted], dst[counted])
+        level = closure_back(self.accepting.copy(), *free)
+        seen: dict = {}
+        out = []
+        while True:
+            key = level.tobytes()
+            if key in seen:
+                return np.array(out), (seen[key], len(out) - seen[key])
+            if self.hi is not None and len(out) > self.hi:
+                return np.array(out), None
+            if len(out) >= MAX_LEVELS:
+                raise ConstraintError(f"counted automaton: no period within {MAX_LEVELS} counts")
+            seen[key] = len(out)
+            out.append(level)
+            before = np.zeros(m, dtype=bool)
+            before[step[0][level[step[1]]]] = True
+            level = closure_back(before, *free)
+
+
+def closure_back(states: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """`states` plus every state reaching one of them through the edges src -> dst."""
+    while True:
+        add = states[dst] & ~states[src]
+        if not add.any():
+            return states
+        states[src[add]] = True
+
+
+class CountedSlot:
+    """A lexer slot over a CountedDFA, built lazily (see the module docstring). `trans[q]`,
+    `label[q]` and `live[q]` read like the tables of an eager slot (grammar/slots.SlotDFA)."""
+
+    def __init__(self, dfa: CountedDFA, token_type: int) -> None:
+        if dfa.is_empty():
+            raise ConstraintError("counted automaton: empty language")
+        self.dfa, self.token_type = dfa, token_type
+        self._index: dict = {}
+        self._keys: list = []
+        self._rows: list = []
+        self.initial = self._intern(dfa.initial, 0)
+        self.trans = _Lookup(self._row)
+        self.label = _Lookup(self._label)
+        self.live = _Lookup(lambda q: any(t >= 0 for t in self._row(q)))
+        self.columns = np.concatenate([dfa.table, dfa.counted.astype(np.int32)])  # bytes alike in both
+
+    def representative(self, q: int, horizon: int) -> int:
+        """A state that every path of at most `horizon` bytes from `q` follows alike (same events,
+        same liveness): (state, lo) for a count past lo whose slack below hi covers `horizon`
+        counted characters plus the longest completion, so the masks of most positions of a long
+        string are one mask."""
+        state, count = self._keys[q]
+        d = self.dfa
+        if d.hi is None or count <= d.lo or count + horizon + d.longest_completion() > d.hi:
+            return q
+        return self._intern(state, d.lo)
+
+    def reach_bits(self, q: int) -> int:
+        """The token types some continuation from `q` closes with (every state is live)."""
+        return 1 << self.token_type
+
+    def _intern(self, state: int, count: int) -> int:
+        key = (state, count)
+        q = self._index.get(key)
+        if q is None:
+            q = self._index[key] = len(self._keys)
+            self._keys.append(key)
+            self._rows.append(None)
+        return q
+
+    def _label(self, q: int) -> int:
+        state, count = self._keys[q]
+        return self.token_type if self.dfa.accepting[state] and count >= self.dfa.lo else -1
+
+    def _row(self, q: int) -> list:
+        row = self._rows[q]
+        if row is None:
+            row = self._rows[q] = self._build_row(*self._keys[q])
+        return row
+
+    def _build_row(self, state: int, count: int) -> list:
+        d = self.dfa
+        targets, counted = d.table[state], d.counted[state]
+        row = np.full(256, -1, dtype=np.int64)
+        codes = targets.astype(np.int64) * 2 + counted
+        for code in np.unique(codes[targets >= 0]).tolist():
+            nxt, c = divmod(code, 2)
+            total = count + c
+            if d.hi is None:
+                total = min(total, d.lo)  # counts past lo all behave alike without an upper bound
+            elif total > d.hi:
+                continue
+            if d.live(nxt, total):
+                row[codes == code] = self._intern(nxt, total)
+        return row.tolist()
+
+
+class _Lookup:
+    """`obj[q]` computed by a function (a lazy table)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+
+    def __getitem__(self, q: int):
+        return self._fn(q)

@@ -1,0 +1,63 @@
+"""Tokens grouped by the byte classes they spell in one lexer context.
+
+A lexer context reads bytes only through its byte classes (LexerContext.class_of), so two
+tokens with the same sequence of classes go through it alike from every state: inside a
+string, "hello" and "world" are the same walk. `TokenClasses.build(table, class_of)` groups the
+vocabulary's tokens by class sequence (a 64-bit positional hash, then checked byte by byte, so
+a collision only turns the grouping off), and the mask walk of a context pushes one token per
+group, then gives each group's outcome to all its tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+MAX_GROUP_RATIO = 0.5  # group only where it at least halves the walk
+
+
+class TokenClasses:
+    """`reps`: one token per group; `members(reps)`: every token of those groups (CSR)."""
+
+    def __init__(self, reps: np.ndarray, group_of: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> None:
+        self.reps = reps  # [G] token ids
+        self._group_of = group_of  # [vocab] group of a representative token, -1 otherwise
+        self._order = order  # token ids sorted by group
+        self._bounds = bounds  # [G + 1] each group's slice of `order`
+
+    @classmethod
+    def build(cls, table, class_of: np.ndarray) -> Optional["TokenClasses"]:
+        """The grouping of `table`'s non-empty tokens in a context with byte classes `class_of`
+        (None when it would not halve the tokens, or a hash collision shows)."""
+        rows = table.all_rows
+        lens, starts = table.lens[rows], table.starts[rows]
+        first = np.cumsum(lens) - lens  # each token's first byte in the concatenation
+        pos = np.arange(int(lens.sum())) - np.repeat(first, lens)  # byte offset inside its token
+        classes = class_of[table.flat[np.repeat(starts, lens) + pos]].astype(np.uint64)
+        weights = np.random.default_rng(0).integers(1, 2**63, size=int(lens.max()), dtype=np.uint64) | np.uint64(1)
+        hashes = np.add.reduceat((classes + np.uint64(1)) * weights[pos], first)
+        keys = hashes ^ (lens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        _, rep_index, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if len(rep_index) > MAX_GROUP_RATIO * len(rows):
+            return None
+        rep_of = rep_index[inverse]  # [tokens] the index (into rows) of each token's representative
+        if not np.array_equal(lens[rep_of], lens):
+            return None
+        rep_bytes = np.repeat(starts[rep_of], lens) + pos
+        if not np.array_equal(class_of[table.flat[rep_bytes]].astype(np.uint64), classes):
+            return None
+        group_of = np.full(table.size, -1, dtype=np.int64)
+        group_of[rows[rep_index]] = np.arange(len(rep_index))
+        by_group = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[by_group], np.arange(len(rep_index) + 1))
+        return cls(rows[rep_index], group_of, rows[by_group], bounds)
+
+    def members(self, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(every token of the groups of `reps`, how many each rep stands for)."""
+        groups = self._group_of[reps]
+        lo = self._bounds[groups]
+        counts = self._bounds[groups + 1] - lo
+        index = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        return self._order[index], counts

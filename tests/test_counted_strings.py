@@ -1,0 +1,286 @@
+"""Long strings as counted automata (counted.py, json_schema/long_strings.py): the same language
+and the same live prefixes as the flat string automaton, exact for any bound (periodic count
+sets), and in the grammar form the same token masks as the flat automaton and the same verdicts
+as jsonschema."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+from tiny_vocab import make_vocab, mask_bits
+
+from sgl_runtime.constrained.automata import to_interegular
+from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.constraint import DFAConstraint
+from sgl_runtime.constrained.counted import CountedDFA, CountedSlot
+from sgl_runtime.constrained.json_schema.compiler import schema_to_fsm
+from sgl_runtime.constrained.json_schema.language import compile_schema, schema_to_grammar
+from sgl_runtime.constrained.json_schema.strings import counted_string, string_dfa
+
+ALPHABET = ["a", "b", "c", "z", '"', "\\", "\n", "\x0b", "\u00e9", "\u20ac", "\U0001f600", "/"]
+BOUNDS = [
+    (0, 3, ()),
+    (2, 5, ()),
+    (1, 4, ("^[a-c]+$",)),
+    (0, 6, ("ab",)),
+    (3, None, ("^(ab)*$",)),
+    (0, 7, ("^(ab)*$",)),
+    (2, 6, ("[\u00e9\u20ac]",)),
+    (4, 4, ()),
+]
+
+
+def _texts(rng: random.Random, n: int, max_len: int = 9):
+    for i in range(n):
+        pieces = ALPHABET if i % 2 else ["ab", "a", "c", "\u00e9", "\u20ac"]  # every other text likelier to match
+        s = "".join(rng.choice(pieces) for _ in range(rng.randrange(max_len)))
+        literal = json.dumps(s, ensure_ascii=False).encode()
+        yield s, literal
+        yield None, literal[:-1]
+        yield None, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 5)))
+        yield None, literal.replace(b"\\u000b", b"\\u000B")  # not the canonical spelling
+
+
+@pytest.mark.parametrize("lo,hi,patterns", BOUNDS)
+def test_counted_strings_accept_what_the_flat_string_automaton_accepts(lo, hi, patterns):
+    counted = counted_string(lo, hi, patterns)
+    flat = ByteDFA.from_fsm(to_interegular(string_dfa(lo, hi, patterns, (), True)))
+    rng = random.Random(f"{lo}{hi}{patterns}")
+    accepted = 0
+    for _, data in _texts(rng, 1500):
+        assert counted.accepts(data) == flat.accepts(data), data
+        accepted += counted.accepts(data)
+    assert accepted >= 10
+
+
+@pytest.mark.parametrize("lo,hi,patterns", BOUNDS)
+def test_counted_slot_states_are_live_exactly_where_the_flat_automaton_is(lo, hi, patterns):
+    slot = CountedSlot(counted_string(lo, hi, patterns), token_type=5)
+    flat = ByteDFA.from_fsm(to_interegular(string_dfa(lo, hi, patterns, (), True)))  # pruned: live states only
+    rng = random.Random(f"slot{lo}{hi}{patterns}")
+    for _, data in _texts(rng, 600):
+        q, f = slot.initial, flat.initial
+        for byte in data:
+            q, f = slot.trans[q][byte], int(flat.transitions[f, byte])
+            assert (q >= 0) == (f >= 0), data
+            if q < 0:
+                break
+            assert (slot.label[q] == 5) == bool(flat.accepting[f]), data
+            assert slot.reach_bits(q) == 1 << 5 and (slot.live[q] or slot.label[q] == 5)
+
+
+def test_huge_and_unbounded_counts_follow_the_period_of_the_count_sets():
+    even = counted_string(1001, None, ("^(ab)*$",))
+    assert even.accepts(json.dumps("ab" * 501).encode())
+    assert not even.accepts(json.dumps("ab" * 500).encode())  # 1000 < minLength
+    assert not even.accepts(json.dumps("ab" * 600 + "a").encode())
+    huge = counted_string(0, 2**31, ("^(ab)*$",))
+    assert huge.levels.shape[0] <= 4 and huge.period is not None  # no level per count
+    assert huge.accepts(json.dumps("ab" * 4000).encode())
+    assert not huge.accepts(json.dumps("ab" * 4000 + "a").encode())
+    tight = counted_string(3, 3, ("^(ab)*$",))
+    assert tight.is_empty()  # every value has an even length
+    with pytest.raises(Exception, match="empty"):
+        CountedSlot(tight, 0)
+    slot = CountedSlot(even, 1)  # counts past minLength share states without an upper bound
+    q = slot.initial
+    for byte in json.dumps("ab" * 1500)[:-1].encode():
+        q = slot.trans[q][byte]
+    assert q >= 0 and len(slot._keys) < 2100
+    assert slot.label[slot.trans[q][ord('"')]] == 1
+
+
+def test_count_levels_against_brute_force():
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        m = int(rng.integers(2, 7))
+        table = np.full((m, 256), -1, dtype=np.int32)
+        table[:, :3] = rng.integers(-1, m, size=(m, 3))
+        counted = rng.random((m, 256)) < 0.5
+        accepting = rng.random(m) < 0.4
+        lo, hi = int(rng.integers(0, 6)), int(rng.integers(6, 12))
+        dfa = CountedDFA(table, counted, 0, accepting, lo, hi)
+        reach = {(0, 0)}  # brute force over (state, count) pairs, counts capped past hi
+        frontier = set(reach)
+        for _ in range(60):
+            frontier = {
+                (int(table[s, b]), c + int(counted[s, b]))
+                for s, c in frontier
+                for b in range(3)
+                if table[s, b] >= 0 and c + int(counted[s, b]) <= hi
+            } - reach
+            reach |= frontier
+        for s, c in reach:
+            expected = any(_accepts_from(table, counted, accepting, s, c, lo, hi, depth) for depth in (3 * (hi + m),))
+            assert dfa.live(s, c) == expected, (trial, s, c)
+
+
+def _accepts_from(table, counted, accepting, s, c, lo, hi, depth):
+    todo, seen = [(s, c)], {(s, c)}
+    while todo:
+        s, c = todo.pop()
+        if accepting[s] and lo <= c <= hi:
+            return True
+        for b in range(3):
+            t = int(table[s, b])
+            if t >= 0 and c + int(counted[s, b]) <= hi and (t, c + int(counted[s, b])) not in seen:
+                seen.add((t, c + int(counted[s, b])))
+                todo.append((t, c + int(counted[s, b])))
+    return False
+
+
+LONG = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 34, "maxLength": 40},
+        "tag": {"type": ["string", "null"], "maxLength": 36, "pattern": "^[a-z\u00e9]*$"},
+        "n": {"type": "integer"},
+        "note": {"type": "string", "pattern": "^[ab\\n]{0,36}$"},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+}
+MASK_TOKENS = [
+    "{",
+    "}",
+    '"',
+    '"name":"',
+    '",',
+    '"tag":',
+    "null",
+    "aaaaaaaa",
+    "aaaa",
+    "a",
+    "\u00e9",
+    "b",
+    "\\n",
+    '"}',
+    ',"note":"',
+]
+
+
+def test_long_strings_become_counted_terminals_with_the_flat_automatons_masks():
+    grammar = schema_to_grammar(LONG)
+    assert sum(isinstance(t, CountedDFA) for t in grammar.terminals.values()) == 3
+    vocab = make_vocab(MASK_TOKENS)
+    counted = grammar.constraint(vocab)
+    flat = DFAConstraint(ByteDFA.from_fsm(schema_to_fsm(LONG)), vocab)
+    rng, compared, finished = random.Random(7), 0, 0
+    for _ in range(40):
+        mc, mf, text = counted.matcher(), flat.matcher(), ""
+        for _ in range(40):
+            bits_c, bits_f = mask_bits(mc.bitmask(), vocab.size), mask_bits(mf.bitmask(), vocab.size)
+            choices = np.flatnonzero(bits_f[: len(MASK_TOKENS)]).tolist()
+            if not choices:  # the text is whole, or a dead end of this vocabulary (EOS in the flat mask only)
+                finished += mc.is_accepting()
+                break
+            assert np.array_equal(bits_c, bits_f), (text, np.flatnonzero(bits_c != bits_f))
+            compared += 1
+            token = rng.choice(choices)
+            mc.advance(token)
+            mf.advance(token)
+            text += MASK_TOKENS[token]
+    assert compared >= 300 and finished >= 3
+
+
+def test_long_strings_in_the_grammar_form_agree_with_jsonschema():
+    schema = {
+        "type": "array",
+        "items": {"$ref": "#/$defs/item"},
+        "$defs": {
+            "item": {
+                "type": "object",
+                "properties": {
+                    "k": {"type": "string", "maxLength": 300},
+                    "v": {"$ref": "#/$defs/v"},
+                    "w": {"$ref": "#/$defs/w"},
+                },
+                "additionalProperties": False,
+            },
+            "v": {"type": ["string", "number"], "minLength": 50, "pattern": "x", "maximum": 3},
+            "w": {"type": "string", "pattern": "^.{0,40}$", "minLength": 2},
+        },
+    }
+    language = compile_schema(schema)
+    assert any(isinstance(t, CountedDFA) for t in language.terminals.values())
+    validator = jsonschema.Draft202012Validator(schema)
+    rng, wrong, valid = random.Random(5), [], 0
+    for _ in range(400):
+        items = []
+        for _ in range(rng.randrange(3)):
+            item = {}
+            if rng.random() < 0.7:
+                item["k"] = "".join(rng.choice("ab\u00e9\n") for _ in range(rng.choice([0, 1, 299, 300, 301])))
+            if rng.random() < 0.7:
+                n = rng.choice([0, 49, 50, 51, 400])
+                item["v"] = rng.choice(["", "x"]) + "y" * n if rng.random() < 0.8 else rng.choice([1, 3, 4, 2.5])
+            if rng.random() < 0.5:
+                # no line terminators: `.` and `$` differ between ECMA-262 (followed here) and Python (jsonschema)
+                item["w"] = "".join(rng.choice("a \u00e9") for _ in range(rng.choice([1, 2, 39, 40, 41])))
+            items.append(item)
+        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+        ok = validator.is_valid(items)
+        valid += ok
+        if language.accepts(text) != ok:
+            wrong.append((ok, text[:80]))
+    assert wrong == [] and valid >= 40
+
+
+def test_unique_arrays_of_long_strings_use_counted_item_terminals():
+    schema = {"type": "array", "uniqueItems": True, "items": {"type": "string", "maxLength": 40}}
+    language = compile_schema(schema)
+    assert sorted(language.unique.values()) == [1, 2]
+    assert all(isinstance(language.terminals[name], CountedDFA) for name in language.unique)
+    validator = jsonschema.Draft202012Validator(schema)
+    words = ["a" * 39, "a" * 40, "a" * 41, "b" * 40, "\u00e9" * 40, ""]
+    rng, checked = random.Random(2), 0
+    for _ in range(300):
+        array = [rng.choice(words) for _ in range(rng.randrange(4))]
+        text = json.dumps(array, ensure_ascii=False, separators=(",", ":"))
+        assert language.accepts(text) == validator.is_valid(array), text
+        checked += validator.is_valid(array) and len(array) >= 2
+    assert checked >= 20
+
+
+def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(monkeypatch):
+    """Two shortcuts of the mask walk inside long strings, checked against walking every Qwen2.5
+    token from the exact state: one count standing for the counts no token can tell apart
+    (LexerContext.representative), and one token per byte-class sequence (token_classes.py)."""
+    from sgl_runtime.constrained.compiler import compile_constraint
+    from sgl_runtime.constrained.grammar import lexer, walk
+    from sgl_runtime.constrained.grammar.token_classes import TokenClasses
+    from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+    tok = load_qwen2_tokenizer()
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string", "maxLength": 400},
+            "t": {"type": "string", "pattern": "^[a-z ]*$", "minLength": 3, "maxLength": 200},
+        },
+        "required": ["s", "t"],
+        "additionalProperties": False,
+    }
+    text = json.dumps({"s": 'h\u00e9llo w\\orld \n\t"q" ' * 8, "t": "abc def " * 8}, ensure_ascii=False)
+    ids = tok.encode(text.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
+
+    def masks():
+        constraint = compile_constraint("json_schema", schema, tok)
+        matcher, out = constraint.matcher(), []
+        for token in ids:
+            out.append(mask_bits(matcher.bitmask()))
+            matcher.advance(token)
+        return out, constraint
+
+    shared, constraint = masks()
+    assert any(isinstance(c, TokenClasses) for c in constraint.masks._classes.values())
+    monkeypatch.setattr(walk, "MAX_GROUPED_CLASSES", 0)
+    monkeypatch.setattr(lexer.LexerContext, "representative", lambda self, state, horizon: state)
+    exact, _ = masks()
+    assert len(shared) == len(exact) > 60
+    for i, (a, b) in enumerate(zip(shared, exact)):
+        assert np.array_equal(a, b), (i, tok.decode(ids[:i]), np.flatnonzero(a != b)[:5])
