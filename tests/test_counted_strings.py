@@ -284,3 +284,16 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
     assert len(shared) == len(exact) > 60
     for i, (a, b) in enumerate(zip(shared, exact)):
         assert np.array_equal(a, b), (i, tok.decode(ids[:i]), np.flatnonzero(a != b)[:5])
+
+
+def test_strings_of_a_large_pattern_keep_every_escape_in_the_grammar_form():
+    eui = r"^(([0-9A-Fa-f]{2}-){7}|([0-9A-Fa-f]{2}:){7}|([0-9A-Fa-f]{2}\s){7}|([0-9A-Fa-f]{2}){7})([0-9A-Fa-f]{2})$"
+    schema = {"type": "object", "properties": {"eui": {"type": "string", "pattern": eui}}}  # free-form: grammar
+    language = compile_schema(schema)
+    assert any(isinstance(t, CountedDFA) for t in language.terminals.values())
+    validator = jsonschema.Draft202012Validator(schema)
+    for sep in ["-", ":", " ", "\x0b", "\x0c", "\t", "\u00a0", "\n", "x"]:
+        value = {"eui": sep.join(["0d"] * 8)}
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        assert language.accepts(text) == validator.is_valid(value), repr(sep)
+    assert language.accepts('{"eui":"0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d"}')

@@ -7,9 +7,10 @@ character, its escapes, its UTF-8 bytes) and takes seconds to build; most real-w
 (counted.py): the small automaton of the string literal without its bounds (pattern and format
 included, every escape spelled), whose character-completing transitions count, with minLength
 and maxLength as count bounds. A pattern that is only a counted class, `^.{0,2048}$`, is such a
-bound too. The lexer builds the (state, count) states as generation reaches them. Scalars of
-other types beside the string (`"type": ["string", "null"]`) stay a flat leaf, an alternative
-that the string's opening quote keeps apart.
+bound too, and so is a string whose pattern alone makes a large automaton (there a flat string
+would leave out the rare control-character escapes). The lexer builds the (state, count) states
+as generation reaches them. Scalars of other types beside the string (`"type": ["string",
+"null"]`) stay a flat leaf, an alternative that the string's opening quote keeps apart.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     SCALAR_KEYWORDS,
     STRING_KEYWORDS,
 )
-from sgl_runtime.constrained.json_schema.strings import counted_string
+from sgl_runtime.constrained.json_schema.strings import FULL_ESCAPES_UP_TO, counted_string, pattern_content
 from sgl_runtime.constrained.json_schema.values import EXACT, count_keyword
 
 COUNTED_ABOVE = 32  # a length bound past this many characters makes a counted terminal
@@ -98,19 +99,26 @@ def has_long_strings(schema) -> bool:
     return False
 
 
-def holds_long_string(b, schema, depth: int = 0) -> bool:
+def holds_long_string(b, schema, depth: int = 0, patterned: bool = False) -> bool:
     """Whether `schema` is an object or array with only keywords the grammar form's rules take
     (properties, required, additionalProperties, items, minItems, maxItems, uniqueItems) and a
-    long string sits in it: its rules then keep that string counted, not one flat automaton."""
+    long string (with a `pattern` if `patterned`) sits in it: its rules then keep that string
+    counted, not one flat automaton."""
     if not isinstance(schema, dict) or depth > 8 or set(schema) & _NOT_RULES:
         return False
     if "$ref" in schema:
-        return not set(schema) & _CONTAINER and holds_long_string(b, b.shapes.target(schema), depth + 1)
+        target = b.shapes.target(schema)
+        return not set(schema) & _CONTAINER and holds_long_string(b, target, depth + 1, patterned)
     properties = schema.get("properties", {})
     subs = list(properties.values()) if isinstance(properties, dict) else []
     subs += [schema[k] for k in ("additionalProperties", "items") if k in schema]
-    scalar = frozenset({SCALAR})
-    return any(_long_string(b, sub, scalar) is not None or holds_long_string(b, sub, depth + 1) for sub in subs)
+    for sub in subs:
+        found = _long_string(b, sub, frozenset({SCALAR}))
+        if (found is not None and (found[3] is not None or not patterned)) or holds_long_string(
+            b, sub, depth + 1, patterned
+        ):
+            return True
+    return False
 
 
 def _long_string(b, schema, cats: frozenset):
@@ -122,7 +130,20 @@ def _long_string(b, schema, cats: frozenset):
     if plain is None or "string" not in plain["type"]:
         return None
     bounds = _bounds(plain)
+    if bounds is None and isinstance(plain.get("pattern"), str):
+        bounds = _large_pattern(plain)
     return None if bounds is None else (plain, *bounds)
+
+
+def _large_pattern(plain: dict):
+    """(lo, hi, pattern) when the pattern's automaton is large enough that a flat string of it would
+    leave out the rare control-character escapes (strings.FULL_ESCAPES_UP_TO); None otherwise."""
+    try:
+        lo, hi = count_keyword(plain, "minLength", 0), count_keyword(plain, "maxLength", None)
+        large = pattern_content(plain["pattern"]).num_states > FULL_ESCAPES_UP_TO
+    except ConstraintError:  # the flat compiler names the problem
+        return None
+    return (lo, hi, plain["pattern"]) if large else None
 
 
 def _bounds(schema: dict):

@@ -68,7 +68,7 @@ def unique_items(b, items, is_budget_error, leaf_max_states: int):
         return counted
     dfa = None
     try:
-        if not holds_long_string(b, items):  # objects of long strings: no item automaton of a sane size
+        if not holds_long_string(b, items, patterned=True):  # long patterned strings: too large an item automaton
             with work_budget(b.leaf_budget):
                 dfa = b.comp.compile(items, 0, b.mode)
     except ConstraintError as exc:
