@@ -297,3 +297,17 @@ def test_strings_of_a_large_pattern_keep_every_escape_in_the_grammar_form():
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         assert language.accepts(text) == validator.is_valid(value), repr(sep)
     assert language.accepts('{"eui":"0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d\\u000b0d"}')
+
+
+def test_closed_schemas_keep_one_automaton_unless_a_string_is_longer_than_256():
+    def closed(n):
+        return {
+            "type": "object",
+            "properties": {"s": {"type": "string", "maxLength": n}},
+            "additionalProperties": False,
+        }
+
+    assert not hasattr(compile_schema(closed(100)), "terminals")  # one automaton: device-side masks
+    grammar = compile_schema(closed(1000))
+    assert any(isinstance(t, CountedDFA) for t in grammar.terminals.values())
+    assert grammar.accepts('{"s":"' + "x" * 1000 + '"}') and not grammar.accepts('{"s":"' + "x" * 1001 + '"}')

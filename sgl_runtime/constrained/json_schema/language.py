@@ -9,9 +9,9 @@
   if it compiles;
 - `uniqueItems` that the automaton cannot enforce (items of an infinite domain) takes the grammar
   form, which enforces it on items spelled one way only (`unique_grammar.py`);
-- a closed schema with a string of a long length bound (more than COUNTED_ABOVE characters)
+- a closed schema with a string of a length bound over FLAT_LENGTHS_UP_TO (256) characters
   takes the grammar form, where that string is one counted terminal (long_strings.py), unless
-  the grammar form refuses it;
+  the grammar form refuses it (a shorter one keeps the automaton and its device-side masks);
 - an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
 """
 
@@ -36,6 +36,7 @@ from sgl_runtime.constrained.json_schema.shapes import Shapes
 from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
 
 _BOUNDS = ("max_nesting_depth", "max_recursion_depth")
+FLAT_LENGTHS_UP_TO = 256  # a closed schema with a longer string takes the grammar form (counted strings)
 
 
 def compile_schema(schema, **options):
@@ -53,7 +54,7 @@ def compile_schema(schema, **options):
         closed = Shapes(RefResolver(latest)).closed(latest)
     except RecursionError:
         raise ConstraintError("json_schema: schema nested too deeply to compile") from None
-    if closed and has_long_strings(latest):
+    if closed and has_long_strings(latest, above=FLAT_LENGTHS_UP_TO):
         try:
             return schema_to_grammar(schema, **options)  # long strings stay counted, not one state each
         except ConstraintError as exc:

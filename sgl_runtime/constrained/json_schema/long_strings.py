@@ -84,14 +84,14 @@ def _counted(b, plain: dict, lo: int, hi, pattern):
     return plain, strings, ("counted", lo, hi, pattern, content)
 
 
-def has_long_strings(schema) -> bool:
-    """Whether a length bound past COUNTED_ABOVE (a keyword or a counted pattern) appears anywhere
-    in the schema document."""
+def has_long_strings(schema, above: int = COUNTED_ABOVE) -> bool:
+    """Whether a length bound past `above` (a keyword or a counted pattern) appears anywhere in
+    the schema document."""
     todo = [schema]
     while todo:
         node = todo.pop()
         if isinstance(node, dict):
-            if _bounds(node) is not None:
+            if _bounds(node, above) is not None:
                 return True
             todo.extend(node.values())
         elif isinstance(node, list):
@@ -146,9 +146,9 @@ def _large_pattern(plain: dict):
     return (lo, hi, plain["pattern"]) if large else None
 
 
-def _bounds(schema: dict):
+def _bounds(schema: dict, above: int = COUNTED_ABOVE):
     """(lo, hi, pattern) of a string schema whose length bounds (minLength, maxLength, a pattern
-    `^X{m,n}$`, rewritten `^X*$`) pass COUNTED_ABOVE; None otherwise."""
+    `^X{m,n}$`, rewritten `^X*$`) pass `above`; None otherwise."""
     pattern = schema.get("pattern")
     if pattern is not None and not isinstance(pattern, str):
         return None
@@ -162,7 +162,7 @@ def _bounds(schema: dict):
         top = m if comma is None else (int(n) if n else None)
         lo, hi = max(lo, m), top if hi is None else (hi if top is None else min(hi, top))
         pattern = f"^{cls}*$"
-    if lo > COUNTED_ABOVE or (hi is not None and hi > COUNTED_ABOVE):
+    if lo > above or (hi is not None and hi > above):
         return lo, hi, pattern
     return None
 
