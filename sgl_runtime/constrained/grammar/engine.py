@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 from lark.lexer import UnlessCallback
 
+from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.parser import LalrStacks
@@ -88,6 +89,7 @@ class GrammarEngine:
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
         self._contexts: dict[int, LexerContext] = {}
         self._dfa_cache: dict = dict(terminal_dfas or {})
+        self.has_counted = any(isinstance(d, CountedDFA) for d in self._dfa_cache.values())  # long strings
         self._allowed: dict = {}
         self._validate()
         self.initial = GrammarState(self.parser.initial, 0, self.context(self.parser.initial).initial, b"")
@@ -154,24 +156,26 @@ class GrammarEngine:
         stack, ignored, x, tail = state.stack, state.ignored, state.lex, state.tail
         token, seen = state.token, state.seen
         ctx = self.context(stack)
-        track = ctx.unique_slots
+        track, rows, classes = ctx.unique_slots, ctx.rows, ctx.class_list
         buf, i = data, 0
         while i < len(buf):
-            code, y, token_type = ctx.step(x, buf[i])
+            row = rows[x] or ctx.build_row(x)  # (events, next states, closed types) per byte class
+            c = classes[buf[i]]
+            code = row[0][c]
             if code == DEAD:
                 return None
             if code == CLOSE_BEFORE or code == CLOSE_HERE:
-                closed = self.close(stack, ignored, token_type)
+                closed = self.close(stack, ignored, row[2][c])
                 if closed is None:
                     return None
                 if self.unique_types:
                     text = token + buf[i : i + 1] if code == CLOSE_HERE else token[: len(token) - len(tail)]
-                    seen = self.seen_after(seen, token_type, text)
+                    seen = self.seen_after(seen, row[2][c], text)
                     if seen is None:
                         return None
                 stack, ignored = closed
                 ctx = self.context(stack)
-                track = ctx.unique_slots
+                track, rows, classes = ctx.unique_slots, ctx.rows, ctx.class_list
                 x = ctx.initial
                 if code == CLOSE_BEFORE:
                     buf, i = tail + buf[i:], 0
@@ -179,7 +183,8 @@ class GrammarEngine:
                     i += 1
                 tail = token = b""
                 continue
-            tail = b"" if (code == ACCEPT or ctx.winner[y] < 0) else tail + buf[i : i + 1]
+            y = row[1][c]
+            tail = b"" if (code == ACCEPT or ctx.winner_of[y] < 0) else tail + buf[i : i + 1]
             if track:
                 token += buf[i : i + 1]
             x = y

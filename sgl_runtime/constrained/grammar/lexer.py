@@ -24,8 +24,9 @@ CONTINUE, ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD = 0, 1, 2, 3, 4
 
 class LexerContext:
     """The product automaton of one lexer context, built lazily: a state's row (next state, event
-    and closed type per byte class) is computed when first needed (`ensure`, `step`), and its
-    `possible` bits when first asked."""
+    and closed type per byte class) is computed when first needed (`ensure`, `build_row`), and its
+    `possible` bits when first asked. `rows[x]` (None until built) holds state x's (events, next
+    states, closed types) per byte class, `class_list[byte]` the class of a byte."""
 
     def __init__(self, slots: list, max_states: int = 50_000) -> None:
         self.slots = slots
@@ -34,14 +35,17 @@ class LexerContext:
         self._reps, self.class_of = _byte_classes(slots)  # class_of: [256] byte -> byte class
         self.n_classes = len(self._reps)
         self._reps_list = self._reps.tolist()
-        self._class_list = self.class_of.tolist()
+        self.class_list = self.class_of.tolist()
         self._trans = [s.trans if not isinstance(s, SlotDFA) else s.trans.tolist() for s in slots]
         self._label = [s.label if not isinstance(s, SlotDFA) else s.label.tolist() for s in slots]
         self._live = [s.live if not isinstance(s, SlotDFA) else s.live.tolist() for s in slots]
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
-        self._py_rows: list = []  # per state: (codes, next states, closed types) per class, or None
+        self.rows: list = []  # per state: (codes, next states, closed types) per class, or None (build_row)
+        self.winner_of: list[int] = []  # per state: the winning slot so far (-1: none), as `winner`
         self._possible: dict[int, int] = {}
+        self._counted = any(hasattr(s, "representative") for s in slots)  # counted slots (long strings)
+        self._representatives: dict = {}
         self._grow(64)
         self.initial = self._intern((*[s.initial for s in slots], -1, -1, 0, 1))
 
@@ -59,21 +63,13 @@ class LexerContext:
         if not todo.size:
             return False
         for x in np.unique(todo).tolist():
-            self._build(x)
+            self.build_row(x)
         return True
-
-    def step(self, state: int, byte: int) -> tuple[int, int, int]:
-        """(event, next state, closed type) of `byte` from `state`."""
-        row = self._py_rows[state]
-        if row is None:
-            row = self._build(state)
-        c = self._class_list[byte]
-        return row[0][c], row[1][c], row[2][c]
 
     def live_bytes(self, state: int) -> np.ndarray:
         """bool [256]: the bytes that do not kill the token from `state`."""
-        if self._py_rows[state] is None:
-            self._build(state)
+        if self.rows[state] is None:
+            self.build_row(state)
         return self.code[state][self.class_of] != DEAD
 
     def possible(self, state: int) -> int:
@@ -86,6 +82,14 @@ class LexerContext:
     def representative(self, state: int, horizon: int) -> int:
         """A state whose next `horizon` bytes behave exactly as `state`'s (itself, or for a lone
         counted slot inside a long string the same position at a canonical count)."""
+        if not self._counted:
+            return state
+        found = self._representatives.get((state, horizon))
+        if found is None:
+            found = self._representatives[(state, horizon)] = self._representative(state, horizon)
+        return found
+
+    def _representative(self, state: int, horizon: int) -> int:
         key = self._keys[state]
         if key[self.n] >= 0:
             return state  # a winner: the bytes after it may be lexed again
@@ -139,15 +143,16 @@ class LexerContext:
                 self._grow(2 * len(self.built))
             self._index[key] = idx
             self._keys.append(key)
-            self._py_rows.append(None)
+            self.rows.append(None)
+            self.winner_of.append(key[self.n])
             self.winner[idx], self.wtype[idx], self.at_accept[idx] = key[self.n], key[self.n + 1], bool(key[self.n + 2])
         return idx
 
-    def _build(self, state: int) -> tuple:
+    def build_row(self, state: int) -> tuple:
         row = self._class_row(self._keys[state])  # may intern (and reallocate) first
         self.nxt[state], self.code[state], self.ctype[state] = row
         self.built[state] = True
-        self._py_rows[state] = py = (row[1].tolist(), row[0].tolist(), row[2].tolist())  # code, next, type
+        self.rows[state] = py = (row[1].tolist(), row[0].tolist(), row[2].tolist())  # code, next, type
         return py
 
     def _class_row(self, key: tuple):
@@ -200,7 +205,7 @@ class LexerContext:
         bits, todo, seen = 0, [state], {state}
         while todo and bits != upper:
             x = todo.pop()
-            codes, nxts, types = self._py_rows[x] or self._build(x)
+            codes, nxts, types = self.rows[x] or self.build_row(x)
             bits |= self._own_bits(x)
             for c, y, t in zip(codes, nxts, types):
                 if c == CLOSE_HERE:

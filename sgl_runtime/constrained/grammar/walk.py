@@ -243,7 +243,7 @@ class MaskBuilder:
     def canonical(self, state: GrammarState) -> GrammarState:
         """A state with the same mask: inside a long string, one count stands for all the counts
         that no token can tell apart (LexerContext.representative)."""
-        if state.tail:
+        if state.tail or not self.engine.has_counted:
             return state
         lex = self.engine.context(state.stack).representative(state.lex, self._horizon)
         return (
