@@ -276,6 +276,7 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
             matcher.advance(token)
         return out, constraint
 
+    monkeypatch.setattr(walk, "GROUP_AFTER_RUNS", 0)  # group every context's tokens at once
     shared, constraint = masks()
     assert any(isinstance(c, TokenClasses) for c in constraint.masks._classes.values())
     monkeypatch.setattr(walk, "MAX_GROUPED_CLASSES", 0)

@@ -23,9 +23,10 @@ CONTINUE, ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD = 0, 1, 2, 3, 4
 
 
 class LexerContext:
-    """The product automaton of one lexer context, built lazily: a state's row (next state, event
-    and closed type per byte class) is computed when first needed (`ensure`, `build_row`), and its
-    `possible` bits when first asked. `rows[x]` (None until built) holds state x's (events, next
+    """The product automaton of one lexer context. Its rows (next state, event and closed type per
+    byte class) are all built at construction, except in a context with a counted slot (a long
+    string), where a state's row is built when first needed (`ensure`, `build_row`); `possible`
+    bits are computed when first asked. `rows[x]` (None until built) holds state x's (events, next
     states, closed types) per byte class, `class_list[byte]` the class of a byte."""
 
     def __init__(self, slots: list, max_states: int = 50_000) -> None:
@@ -48,6 +49,8 @@ class LexerContext:
         self._representatives: dict = {}
         self._grow(64)
         self.initial = self._intern((*[s.initial for s in slots], -1, -1, 0, 1))
+        if not self._counted:
+            self._explore()  # finite and usually small: every row now, none on the decode path
 
     slot_types: list = []  # each slot's token type (set by the engine)
     unique_slots: tuple = ()  # slots of unique-array item terminals (set by the engine)
@@ -111,6 +114,14 @@ class LexerContext:
         return state == self.initial
 
     # ---- private: states and rows -----------------------------------------------------------
+
+    def _explore(self) -> None:
+        """Build the rows of every state reachable from the token start."""
+        x = 0
+        while x < len(self._keys):
+            if self.rows[x] is None:
+                self.build_row(x)
+            x += 1
 
     def _grow(self, capacity: int) -> None:
         old = len(self._keys)

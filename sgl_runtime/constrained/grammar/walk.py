@@ -26,7 +26,7 @@ from sgl_runtime.constrained.grammar.token_classes import TokenClasses
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
-GROUP_AFTER_RUNS = 2  # full runs of a context before its tokens are grouped
+GROUP_AFTER_RUNS = 8  # full runs of a context before its tokens are grouped (a build costs about 3 runs)
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
 
 
@@ -337,12 +337,16 @@ class MaskBuilder:
         """The context's token grouping, built on its GROUP_AFTER_RUNS + 1st full run from a new
         state (a string's positions; None: not worth it)."""
         found = self._classes.get(id(ctx), 0)
-        if isinstance(found, int):
-            if found < GROUP_AFTER_RUNS and ctx.n_classes <= MAX_GROUPED_CLASSES:
-                self._classes[id(ctx)] = found + 1
-                return None
-            found = self._classes[id(ctx)] = TokenClasses.build(self.table, ctx.class_of) if found else None
-        return found
+        if not isinstance(found, int):
+            return found
+        if ctx.n_classes > MAX_GROUPED_CLASSES:
+            self._classes[id(ctx)] = None
+            return None
+        if found < GROUP_AFTER_RUNS:
+            self._classes[id(ctx)] = found + 1
+            return None
+        built = self._classes[id(ctx)] = TokenClasses.build(self.table, ctx.class_of)
+        return built
 
     def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
         """Rows ending after the winner's last accept: decide each by closing there (rare)."""
