@@ -14,6 +14,7 @@ from sgl_runtime.constrained.automata import (
     _check_size,
     _minimize,
     _Partition,
+    literal,
 )
 
 
@@ -113,6 +114,9 @@ class Nfa:
 def concat(*dfas: Dfa) -> Dfa:
     if any(d.is_empty() for d in dfas):
         return EMPTY
+    texts = [_literal_text(d) for d in dfas]
+    if dfas and all(t is not None for t in texts):  # literals (keys, punctuation): one chain
+        return literal("".join(texts))  # type: ignore[arg-type]
     nfa = Nfa()
     start = prev_finals = None
     for d in dfas:
@@ -127,6 +131,19 @@ def concat(*dfas: Dfa) -> Dfa:
         return EPSILON
     nfa.finals.update(prev_finals)
     return nfa.determinize(start)
+
+
+def _literal_text(dfa: Dfa) -> str | None:
+    """The one string `dfa` accepts when it is a chain of single characters (as `literal` builds)."""
+    n = dfa.num_states
+    if dfa.finals != {n - 1} or dfa.edges[n - 1]:
+        return None
+    chars = []
+    for i, edges in enumerate(dfa.edges[:-1]):
+        if len(edges) != 1 or edges[0][1] != i + 1 or edges[0][0].negated or len(edges[0][0].chars) != 1:
+            return None
+        chars.append(next(iter(edges[0][0].chars)))
+    return "".join(chars)
 
 
 def union(*dfas: Dfa) -> Dfa:

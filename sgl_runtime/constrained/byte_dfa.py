@@ -10,6 +10,9 @@ Offers (stable interface, used by the token index and the lark grammar engine):
 - `ByteDFA.from_fsm(fsm, max_states=...)`: an `interegular.fsm.FSM` over characters (incl.
   `anything_else`) expanded to UTF-8 bytes (only valid UTF-8 is accepted), then minimised.
 - `ByteDFA.from_strings(strings)`: exactly these strings (a minimised trie).
+- `ByteDFA.from_dfa(dfa, max_states=...)`: an `automata.Dfa`, read straight into a byte table
+  when every edge is a set of ASCII characters (keys, punctuation), else through `from_fsm`;
+  results kept in a bounded process-wide cache (read-only arrays), as schemas share leaves.
 - `.walk(state, data) -> state or -1`, `.accepts(data: bytes | str)`, `.n_states`,
   `.is_empty()`, `.live_bytes(state)` (bytes with a transition).
 Past `max_states` (or a malformed pattern) `ConstraintError` is raised naming the problem.
@@ -17,17 +20,21 @@ Past `max_states` (or a malformed pattern) `ConstraintError` is raised naming th
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import interegular
 import numpy as np
 from interegular.fsm import anything_else
 
-from sgl_runtime.constrained.automata import to_interegular
+from sgl_runtime.constrained.automata import Dfa, to_interegular
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_automaton import regex_to_dfa
 from sgl_runtime.constrained.utf8_expansion import Utf8Expander
 
 DEFAULT_MAX_STATES = 200_000
 MAX_MOORE_ROUNDS = 64
+CACHED_STATES = 100_000  # byte states kept by from_dfa's cache (~100 MB of tables at most)
 
 
 class ByteDFA:
@@ -52,6 +59,17 @@ class ByteDFA:
         table, accepting, number = utf8_table(fsm, max_states)
         dfa = cls(table, number[fsm.initial], accepting)
         return dfa._pruned()._minimised()
+
+    @classmethod
+    def from_dfa(cls, dfa: Dfa, max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
+        """The minimal byte DFA of a character `Dfa` (read-only; equal Dfas give the same object)."""
+        key = (dfa, max_states)
+        found = _FROM_DFA.get(key)
+        if found is None:
+            found = _ascii_table(dfa) or cls.from_fsm(to_interegular(dfa), max_states=max_states)
+            found.transitions.flags.writeable = found.accepting.flags.writeable = False
+            _FROM_DFA.put(key, found, found.n_states)
+        return found
 
     @classmethod
     def from_strings(cls, strings: list[str], max_states: int = DEFAULT_MAX_STATES) -> ByteDFA:
@@ -129,8 +147,8 @@ class ByteDFA:
         n = self.n_states
         if n <= 1:
             return self
-        _, class_cols = np.unique(self.transitions, axis=1, return_index=True)
-        table = self.transitions[:, np.sort(class_cols)]  # [n, n_byte_classes]
+        class_cols, _ = byte_classes(self.transitions)
+        table = self.transitions[:, class_cols]  # [n, n_byte_classes]
         weights = np.random.default_rng(0).integers(1, 2**62, size=table.shape[1] + 1, dtype=np.uint64) * 2 + 1
         block = self.accepting.astype(np.int64)
         n_blocks = len(np.unique(block))
@@ -154,6 +172,95 @@ class ByteDFA:
             return self
         merged = np.where(self.transitions[first] >= 0, block[np.maximum(self.transitions[first], 0)], -1)
         return ByteDFA(merged, int(block[self.initial]), self.accepting[first])
+
+
+def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first byte of each class, class of each byte) for the classes of equal columns of
+    `table` [rows, 256], numbered by first byte: columns hashed to 64 bits, then checked exactly."""
+    if table.shape[0] == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(256, dtype=np.int64)
+    weights = np.random.default_rng(1).integers(1, 2**62, size=table.shape[0], dtype=np.uint64) * 2 + 1
+    signature = weights @ table.astype(np.uint64)  # [256], wrapping arithmetic
+    _, first, inverse = np.unique(signature, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    reps = first[order].astype(np.int64)
+    class_of = np.empty(len(order), dtype=np.int64)
+    class_of[order] = np.arange(len(order))
+    class_of = class_of[inverse.reshape(-1)]
+    if not np.array_equal(table, table[:, reps[class_of]]):  # a collision merged unequal columns
+        _, reps, class_of = np.unique(table, axis=1, return_index=True, return_inverse=True)
+        reps, class_of = reps.astype(np.int64), class_of.reshape(-1).astype(np.int64)
+    return reps, class_of
+
+
+def _ascii_table(dfa: Dfa) -> ByteDFA | None:
+    """`dfa` as bytes when every edge is a positive set of ASCII characters (None otherwise):
+    UTF-8 spells them as themselves, so the table is the Dfa's own (minimal, every state live)."""
+    table = np.full((dfa.num_states, 256), -1, dtype=np.int32)
+    for state, edges in enumerate(dfa.edges):
+        for chars, target in edges:
+            if chars.negated or any(ord(c) >= 0x80 for c in chars.chars):
+                return None
+            table[state, [ord(c) for c in chars.chars]] = target
+    accepting = np.zeros(dfa.num_states, dtype=bool)
+    accepting[list(dfa.finals)] = True
+    found = ByteDFA(table, 0, accepting)
+    return found if _all_live(dfa) else found._pruned()._minimised()
+
+
+def _all_live(dfa: Dfa) -> bool:
+    """Whether every state is reachable and can reach a final one (as the Dfas of automata_ops
+    are): then the byte table needs no pruning."""
+    preds: list[list[int]] = [[] for _ in dfa.edges]
+    reached = {0}
+    for state, edges in enumerate(dfa.edges):
+        for _, target in edges:
+            preds[target].append(state)
+    todo = [0]
+    while todo:
+        for _, target in dfa.edges[todo.pop()]:
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    live, todo = set(dfa.finals), list(dfa.finals)
+    while todo:
+        for source in preds[todo.pop()]:
+            if source not in live:
+                live.add(source)
+                todo.append(source)
+    return len(reached) == len(live) == len(dfa.edges)
+
+
+class _SizedCache:
+    """A thread-safe LRU map bounded by the total size of its values."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.size = budget, 0
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found[0]
+            return None
+
+    def put(self, key, value, size: int) -> None:
+        if size > self.budget:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (value, size)
+            self.size += size
+            while self.size > self.budget:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.size -= dropped
+
+
+_FROM_DFA = _SizedCache(CACHED_STATES)
 
 
 def utf8_table(fsm: interegular.fsm.FSM, max_states: int = DEFAULT_MAX_STATES) -> tuple:

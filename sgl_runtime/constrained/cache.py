@@ -49,6 +49,7 @@ class ConstraintCache:
         self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="constraint-compile")
         self._processes = CompileWorkers(compile_workers, compile_timeout) if compile_workers else None
         self.stats = {"compiles": 0, "hits": 0, "timeouts": 0, "errors": 0}
+        self._prepared: Optional[Future] = None
 
     def submit(self, kind: str, spec: Any, **options: Any) -> "Future[Constraint]":
         """A future of the compiled constraint (cached; compiled in a worker thread)."""
@@ -75,8 +76,11 @@ class ConstraintCache:
         return result
 
     def start_workers(self, wait: bool = False) -> None:
-        """Start the compile processes now rather than on the first constraint; with `wait`, block
-        until they are ready to compile (ConstraintError if one cannot start)."""
+        """Start the compile processes now rather than on the first constraint, and build the
+        vocabulary's tables in a compile thread; with `wait`, block until the processes are ready
+        to compile (ConstraintError if one cannot start)."""
+        if self._prepared is None:
+            self._prepared = self._pool.submit(self._prepare)
         if self._processes is not None:
             self._processes.start()
             if wait:
@@ -117,6 +121,15 @@ class ConstraintCache:
             self._fail(result, ConstraintError(f"cannot compile {kind} constraint: {type(exc).__name__}: {exc}"))
         else:
             _settle(result, constraint)
+
+    def _prepare(self) -> None:
+        """The per-tokenizer tables every constraint's first masks walk (token strings by length
+        for automata, the flat byte buffer for grammars), built once ahead of the first request."""
+        from sgl_runtime.constrained.grammar.walk import TokenTable
+
+        vocabulary = self._vocabulary()
+        vocabulary.walk_table()
+        TokenTable.of(vocabulary)
 
     def _vocabulary(self):
         from sgl_runtime.constrained.vocabulary import Vocabulary

@@ -64,7 +64,7 @@ class GrammarConstraint(Constraint):
         Schema grammars)."""
         self.spec = spec
         self.vocabulary = vocabulary
-        self.lark = build_parser(spec, syntax, start)
+        self.lark = build_parser(spec, syntax, start, placeholders=terminal_dfas is not None)
         self.engine = GrammarEngine(
             self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions, unique_terminals
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgl_runtime.constrained.byte_dfa import byte_classes
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.slots import SlotDFA
 
@@ -116,12 +117,60 @@ class LexerContext:
     # ---- private: states and rows -----------------------------------------------------------
 
     def _explore(self) -> None:
-        """Build the rows of every state reachable from the token start."""
+        """Build the rows of every state reachable from the token start (numbered as `build_row`
+        state by state would), visiting only the classes on which some slot is alive: inside a
+        key or a literal one slot with one byte class goes on, the other classes all end alike."""
+        n, n_classes = self.n, self.n_classes
+        reps = self._reps
+        succ: list[dict] = [{} for _ in range(n)]  # per slot: state -> [(class, next state)]
+        codes, nxts, types = [], [], []
         x = 0
         while x < len(self._keys):
-            if self.rows[x] is None:
-                self.build_row(x)
+            key = self._keys[x]
+            states, w, wtype = key[:n], key[n], key[n + 1]
+            touched: dict[int, list] = {}
+            for i, q in enumerate(states):
+                if q >= 0:
+                    out = succ[i].get(q)
+                    if out is None:
+                        row = self.slots[i].trans[q, reps]
+                        live = np.flatnonzero(row >= 0)
+                        out = succ[i][q] = list(zip(live.tolist(), row[live].tolist()))
+                    for c, t in out:
+                        d = touched.get(c)
+                        if d is None:
+                            d = touched[c] = [-1] * n
+                        d[i] = t
+            code = [CLOSE_BEFORE if w >= 0 else DEAD] * n_classes
+            ctype = [wtype if w >= 0 else -1] * n_classes
+            nxt = [-1] * n_classes
+            for c in sorted(touched):
+                code[c], nxt[c], ctype[c] = self._step(touched[c], w, wtype)
+            codes.append(code)
+            nxts.append(nxt)
+            types.append(ctype)
             x += 1
+        count = len(codes)
+        self.code[:count], self.nxt[:count], self.ctype[:count] = codes, nxts, types
+        self.built[:count] = True
+        self.rows[:count] = list(zip(codes, nxts, types))
+
+    def _step(self, d: list, w: int, wtype: int) -> tuple[int, int, int]:
+        """(event, next state, closed type) when the slots go to states `d` (-1: dead) from a
+        state whose winner so far is `w` of type `wtype`."""
+        n = self.n
+        new_w, new_type, accepted = w, wtype, False
+        for i in range(n if w < 0 else w + 1):  # the first slot (in lark's order) matching here wins
+            if d[i] >= 0 and self._label[i][d[i]] >= 0:
+                new_w, new_type, accepted = i, self._label[i][d[i]], True
+                break
+        if new_w >= 0:
+            d[new_w + 1 :] = [-1] * (n - new_w - 1)  # later slots can no longer win
+        if all(s < 0 for s in d):
+            return (CLOSE_BEFORE, -1, wtype) if w >= 0 else (DEAD, -1, -1)
+        if accepted and all(s < 0 for s in d[:new_w]) and not self._live[new_w][d[new_w]]:
+            return CLOSE_HERE, -1, new_type
+        return (ACCEPT if accepted else CONTINUE), self._intern((*d, new_w, new_type, int(accepted), 0)), -1
 
     def _grow(self, capacity: int) -> None:
         old = len(self._keys)
@@ -169,26 +218,14 @@ class LexerContext:
     def _class_row(self, key: tuple):
         """Next state, event and closed type on one representative byte per byte class (bytes
         no slot tells apart) from product state `key`."""
-        n, reps = self.n, self._reps_list
-        nxt, code, ctype = [-1] * len(reps), [DEAD] * len(reps), [-1] * len(reps)
+        n = self.n
         states, w, wtype = key[:n], key[n], key[n + 1]
-        limit = n if w < 0 else w + 1
-        for c, b in enumerate(reps):
-            d = [self._trans[i][s][b] if s >= 0 else -1 for i, s in enumerate(states)]
-            new_w, new_type, accepted = w, wtype, False
-            for i in range(limit):  # the first slot (in lark's order) matching here wins
-                if d[i] >= 0 and self._label[i][d[i]] >= 0:
-                    new_w, new_type, accepted = i, self._label[i][d[i]], True
-                    break
-            if new_w >= 0:
-                d[new_w + 1 :] = [-1] * (n - new_w - 1)  # later slots can no longer win
-            if all(s < 0 for s in d):
-                code[c], ctype[c] = (CLOSE_BEFORE, wtype) if w >= 0 else (DEAD, -1)
-            elif accepted and all(s < 0 for s in d[:new_w]) and not self._live[new_w][d[new_w]]:
-                code[c], ctype[c] = CLOSE_HERE, new_type
-            else:
-                code[c] = ACCEPT if accepted else CONTINUE
-                nxt[c] = self._intern((*d, new_w, new_type, int(accepted), 0))
+        code, nxt, ctype = [], [], []
+        for b in self._reps_list:
+            event = self._step([self._trans[i][s][b] if s >= 0 else -1 for i, s in enumerate(states)], w, wtype)
+            code.append(event[0])
+            nxt.append(event[1])
+            ctype.append(event[2])
         return np.array(nxt, np.int32), np.array(code, np.int8), np.array(ctype, np.int32)
 
     # ---- private: possible types -------------------------------------------------------------
@@ -239,6 +276,4 @@ def _byte_classes(slots: list) -> tuple[np.ndarray, np.ndarray]:
     and each byte's class."""
     if not slots:
         return np.zeros(1, dtype=np.int64), np.zeros(256, dtype=np.int64)
-    cols = np.concatenate([s.columns for s in slots], axis=0).T  # [256, sum of slot rows]
-    _, reps, class_of = np.unique(cols, axis=0, return_index=True, return_inverse=True)
-    return reps.astype(np.int64), class_of.reshape(-1).astype(np.int64)
+    return byte_classes(np.concatenate([s.columns for s in slots], axis=0))

@@ -9,6 +9,7 @@ grammar (gbnf_lower). Every failure becomes a `ConstraintError` carrying the rea
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Optional
@@ -65,20 +66,27 @@ def resolve_grammar(spec: str, syntax: Optional[str] = None) -> tuple[str, str]:
     return spec, syntax or ("gbnf" if looks_like_gbnf(spec) else "lark")
 
 
-def build_parser(spec: str, syntax: Optional[str] = None, start: str = "start") -> lark.Lark:
-    """The LALR parser for `spec` (see grammar_text); GBNF is lowered to character-level lark."""
+def build_parser(
+    spec: str, syntax: Optional[str] = None, start: str = "start", placeholders: bool = False
+) -> lark.Lark:
+    """The LALR parser for `spec` (see grammar_text); GBNF is lowered to character-level lark.
+    placeholders: see build_lark."""
     text, syntax = resolve_grammar(spec, syntax)
     if syntax == "lark":
-        return build_lark(text, start)
+        return build_lark(text, start, placeholders)
     if start != "start":
         raise ConstraintError("the start option is for lark grammars; a GBNF grammar starts at its root rule")
     return build_gbnf_parser(text)
 
 
-def build_lark(text: str, start: str = "start") -> lark.Lark:
-    """An LALR parser with lark's contextual lexer (the reference every mask is exact against)."""
+def build_lark(text: str, start: str = "start", placeholders: bool = False) -> lark.Lark:
+    """An LALR parser with lark's contextual lexer (the reference every mask is exact against).
+    placeholders: every terminal stands for an automaton given to the engine (a JSON Schema's
+    grammar form), so lark's own checks of terminal regexes (their overlaps, found with
+    interegular per lexer context) are skipped; the engine checks what it runs."""
+    plugins = {"ContextualLexer": _PlaceholderLexer} if placeholders else {}
     try:
-        parser = lark.Lark(text, parser="lalr", lexer="contextual", start=start)
+        parser = lark.Lark(text, parser="lalr", lexer="contextual", start=start, _plugins=plugins)
     except LarkError as exc:
         raise ConstraintError(f"invalid lark grammar: {exc}") from None
     except (ValueError, KeyError, AssertionError, RecursionError) as exc:
@@ -87,3 +95,12 @@ def build_lark(text: str, start: str = "start") -> lark.Lark:
     if undefined:
         raise ConstraintError(f"unsupported lark grammar: terminals without a pattern {undefined}")
     return parser
+
+
+class _PlaceholderLexer(lark.lexer.ContextualLexer):
+    """lark's contextual lexer without its terminal checks (build_lark's `placeholders`)."""
+
+    def __init__(self, conf, states, always_accept=()) -> None:
+        conf = copy.copy(conf)
+        conf.skip_validation = True
+        super().__init__(conf, states, always_accept)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, literal, to_interegular, work_budget
+from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, literal, work_budget
 from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.counted import CountedDFA
@@ -136,7 +136,7 @@ class GrammarBuilder:
             elif key is not None:
                 self._terms[key] = (name, dfa)
             return name
-        byte_dfa = ByteDFA.from_fsm(to_interegular(dfa), max_states=LEAF_EXPANSION_STATES)
+        byte_dfa = ByteDFA.from_dfa(dfa, max_states=LEAF_EXPANSION_STATES)
         if unique:
             name = self.name("U")
             self.terminals[name], self.unique[name] = byte_dfa, unique
@@ -154,7 +154,7 @@ class GrammarBuilder:
         """LBRACE, RBRACE, LBRACKET, RBRACKET or COMMA, with the configured whitespace."""
         if which not in self.terminals:
             dfa = getattr(self.tokens, which.lower())
-            self.terminals[which] = ByteDFA.from_fsm(to_interegular(dfa))
+            self.terminals[which] = ByteDFA.from_dfa(dfa)
         return which
 
     def key(self, keys: Dfa, first: bool, ident) -> str:

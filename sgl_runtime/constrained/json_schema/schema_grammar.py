@@ -42,7 +42,7 @@ class SchemaGrammar:
             from sgl_runtime.constrained.grammar.source import build_lark
 
             self._engine = GrammarEngine(
-                build_lark(self.text),
+                build_lark(self.text, placeholders=True),
                 terminal_dfas=self.terminals,
                 default_reductions=True,
                 unique_terminals=self.unique,
