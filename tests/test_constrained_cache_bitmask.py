@@ -33,6 +33,20 @@ def test_cache_hits_and_lru_bound(tok):
     cache.shutdown()
 
 
+def test_start_builds_the_vocabulary_tables_ahead_of_the_first_constraint(tok):
+    from sgl_runtime.constrained.grammar.walk import TokenTable
+
+    cache = ConstraintCache(tok, vocab_size=151936, eos_token_ids=[151645])
+    try:
+        cache.start_workers()
+        cache._prepared.result(timeout=120)
+        vocabulary = cache._vocabulary()
+        assert "_walk_table" in vocabulary.__dict__  # built (cached_property), not waiting for a request
+        assert TokenTable._shared.get(vocabulary) is not None
+    finally:
+        cache.shutdown()
+
+
 def test_compile_errors_are_constraint_errors(tok):
     cache = ConstraintCache(tok)
     with pytest.raises(ConstraintError, match="invalid regex"):
