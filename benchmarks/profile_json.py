@@ -38,7 +38,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_common_args(parser, default_config="qwen2.5-7b")
     parser.add_argument("--mode", choices=MODES, default="jump-forward")
     parser.add_argument("--num-requests", type=int, default=None)
+    parser.add_argument(
+        "--open-schema", action="store_true", help="the schema without additionalProperties: false (grammar form)"
+    )
     args = parser.parse_args(argv)
+    args.schema = {k: v for k, v in SCHEMA.items() if k != "additionalProperties"} if args.open_schema else SCHEMA
     args.num_requests = args.num_requests or (4 if args.tiny else 128)
     return args
 
@@ -72,6 +76,8 @@ class PhaseTimers:
 def profile(args: argparse.Namespace) -> dict:
     import torch
 
+    from sgl_runtime.constrained.grammar.compiler import GrammarConstraint, GrammarMatcher
+    from sgl_runtime.constrained.mask_workers import MaskWorkers
     from sgl_runtime.sampler import Sampler
     from sgl_runtime.scheduler import batch_result, overlap
     from sgl_runtime.scheduler import scheduler as scheduler_module
@@ -87,7 +93,7 @@ def profile(args: argparse.Namespace) -> dict:
     if args.mode == "free":
         params = {"max_new_tokens": 48, "ignore_eos": True, "temperature": 0}
     else:
-        params = {"max_new_tokens": 256, "json_schema": json.dumps(SCHEMA), "temperature": 0}
+        params = {"max_new_tokens": 256, "json_schema": json.dumps(args.schema), "temperature": 0}
     rng = random.Random(args.seed)
     prompt_len = 8 if args.tiny else 64
     for _ in range(2):  # compile + warm pass (first masks, kernel shapes)
@@ -108,6 +114,9 @@ def profile(args: argparse.Namespace) -> dict:
     timers.wrap(scheduler_module, "process_batch_logits", "logits -> tokens (sample, wait, append)")
     timers.wrap(batch_result, "jump_forward_", "append forced tokens")
     timers.wrap(overlap.InflightDecode, "token_ids", "overlap: wait for ids")
+    timers.wrap(MaskWorkers, "wait", "masks: wait for the mask workers")
+    timers.wrap(GrammarConstraint, "bitmask", "masks: grammar bitmask (any thread)")
+    timers.wrap(GrammarMatcher, "_budget_plan", "masks: grammar budget plan (any thread)")
     forward_timer = ForwardTimer(engine)  # wraps model_runner.forward (device time per forward)
     timers.wrap(sched.model_runner, "forward", "forward launch (host)")
     prompts = [random_ids(rng, prompt_len, vocab) for _ in range(args.num_requests)]
@@ -124,6 +133,7 @@ def profile(args: argparse.Namespace) -> dict:
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
     return {
         "mode": args.mode,
+        "open_schema": args.open_schema,
         "model_config": args.model_config,
         "tiny": args.tiny,
         **environment(),
