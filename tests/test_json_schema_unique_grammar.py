@@ -1,6 +1,6 @@
 """uniqueItems in the grammar form: arrays whose items have an infinite domain but one spelling per
-value (strings, objects of strings with additionalProperties false, ...) are exact: the language
-agrees with jsonschema, masks agree with an enumeration of every valid instance on a tiny
+value (strings, numbers, nested arrays, objects with additionalProperties false, ...) are exact: the
+language agrees with jsonschema, masks agree with an enumeration of every valid instance on a tiny
 vocabulary, and sampling through the Qwen2.5 vocabulary only ever yields valid instances."""
 
 from __future__ import annotations
@@ -47,12 +47,29 @@ def _arrays(pool, up_to=3):
         ({"items": {"type": ["string", "null", "boolean"]}}, ["a", None, True, False, "b"]),
         ({"items": {"type": "string", "maxLength": 40}}, STRINGS),  # long strings: counted terminals
         ({"items": {"type": "string", "pattern": '^[ab\\n"é]{0,35}$'}}, STRINGS),
+        ({"items": {"type": "integer"}}, [0, 1, -1, 10]),
+        ({"items": {"type": "number", "maximum": 2}}, [0, 1.5, 2, -0.25, 3]),
+        (
+            {"items": {"type": "array", "uniqueItems": True, "items": {"type": "integer"}}},
+            [[], [1], [1, 2], [2, 1], [1, 1]],
+        ),
+        ({"items": {"type": "array", "items": {"type": "string"}}}, [[], ["a"], ["a", "a"], ["b", "a"]]),
+        (
+            {
+                "items": {
+                    **TAG,
+                    "properties": {"Key": {"type": "string", "maxLength": 128}, "Value": {"type": "integer"}},
+                }
+            },
+            TAGS[:1] + [{"Key": "a", "Value": 1}, {"Key": "b", "Value": 1}, {"Key": "a", "Value": 2}],
+        ),
+        ({"items": {"anyOf": [{"type": "string", "maxLength": 300}, {"type": "integer"}]}}, ["a", "1", 1, 2, ""]),
     ],
 )
 def test_unique_items_language_agrees_with_jsonschema(schema, pool):
     schema = {"type": "array", "uniqueItems": True, **schema}
     built, validator = compile_schema(schema), Draft202012Validator(schema)
-    assert isinstance(built, SchemaGrammar) and sorted(built.unique.values()) == [1, 2]
+    assert isinstance(built, SchemaGrammar) and sorted(set(built.unique.values())) == ["close", "item", "open"]
     accepted = rejected = 0
     for array in _arrays(pool):
         text = json.dumps(array, separators=(",", ":"), ensure_ascii=False)
@@ -123,6 +140,67 @@ def test_masks_allow_exactly_the_prefixes_of_valid_arrays(schema):
     assert checked > 500
 
 
+# Items of several tokens (objects whose strings have long length bounds, so the grammar form):
+# tokens that split items anywhere, close one and open the next, or repeat one.
+LONG_TAG = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "Key": {"type": "string", "pattern": "^[ab]$", "maxLength": 128},
+        "Value": {"type": "string", "pattern": "^a?$", "maxLength": 300},
+    },
+    "required": ["Key", "Value"],
+}
+TAG_TOKENS = [
+    "[",
+    "]",
+    ",",
+    '{"Key":"',
+    '","Value":"',
+    '"}',
+    "a",
+    "b",
+    '"},{',
+    '"}]',
+    '{"Key":"a","Value":"a"}',
+    '"',
+    "}",
+]
+
+
+@pytest.mark.parametrize("min_items", [0, 3])
+def test_masks_of_items_spanning_several_tokens_allow_exactly_valid_prefixes(min_items):
+    """Every mask equals the set of tokens after which some valid instance remains possible, for
+    items of several tokens (the four valid tags are listed, so every valid array is)."""
+    schema = {"type": "array", "uniqueItems": True, "minItems": min_items, "items": LONG_TAG}
+    built = compile_schema(schema)
+    assert isinstance(built, SchemaGrammar)
+    words = [{"Key": k, "Value": v} for k in "ab" for v in ("a", "")]
+    valid = {
+        json.dumps(list(a), separators=(",", ":"))
+        for n in range(min_items, 5)
+        for a in itertools.permutations(words, n)
+    }
+    prefixes = {v[:k] for v in valid for k in range(len(v) + 1)}
+    constraint = built.constraint(make_vocab(TAG_TOKENS))
+    frontier, checked = [("", constraint.matcher())], 0
+    for _ in range(9):
+        nxt = []
+        for text, matcher in frontier:
+            bits = mask_bits(matcher.bitmask(), len(TAG_TOKENS) + 1)
+            for i, token in enumerate(TAG_TOKENS):
+                expected = (text + token) in prefixes
+                assert bool(bits[i]) == expected, (text, token)
+                checked += 1
+                if expected:
+                    child = matcher.copy()
+                    child.advance(i)
+                    nxt.append((text + token, child))
+            assert bool(bits[len(TAG_TOKENS)]) == (text in valid), text
+        frontier = nxt[:400]
+    assert checked > 1000
+
+
 @pytest.fixture(scope="module")
 def qwen():
     tok = load_qwen2_tokenizer()
@@ -156,6 +234,18 @@ def qwen():
             "minItems": 4,
             "maxItems": 6,
             "items": {"type": "string", "pattern": "^[ab]*$", "minLength": 1, "maxLength": 40},  # counted
+        },
+        {"type": "array", "uniqueItems": True, "minItems": 3, "maxItems": 5, "items": LONG_TAG},  # several tokens
+        {
+            "type": "array",
+            "uniqueItems": True,
+            "minItems": 3,
+            "maxItems": 4,
+            "items": {
+                "type": "array",
+                "maxItems": 2,
+                "items": {"type": "string", "pattern": "^[ab]$", "maxLength": 300},
+            },
         },
     ],
 )
@@ -191,8 +281,11 @@ def test_sampling_through_qwen_yields_valid_instances(qwen, schema):
 @pytest.mark.parametrize(
     "schema, options",
     [
-        ({"items": {"type": "integer"}}, {}),  # 1 and 1.0, 0 and -0: more than one spelling
+        ({"items": {"type": "integer"}}, {"integral_floats": True}),  # 1 and 1.0
         ({"items": {"type": "object", "properties": {"k": {"type": "string"}}}}, {}),  # undeclared keys
+        ({"items": {"type": "object", "additionalProperties": False, "patternProperties": {"^a": {}}}}, {}),
+        ({"items": {"type": "array", "items": {}}}, {}),  # free-form values
+        ({"items": {"anyOf": [TAG, {**TAG, "required": ["Value"]}]}}, {}),  # two object alternatives
         ({"items": {"type": "string"}}, {"whitespace": r"[ \n]{0,2}"}),
         ({"items": TAG}, {"key_order": "any"}),
         ({"prefixItems": [{"type": "string"}], "items": {"type": "string"}}, {}),

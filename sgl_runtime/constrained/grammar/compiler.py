@@ -58,15 +58,15 @@ class GrammarConstraint(Constraint):
         syntax: Optional[str] = None,
         terminal_dfas: Optional[dict] = None,
         default_reductions: bool = False,
-        unique_terminals: Optional[dict] = None,
+        unique_rules: Optional[dict] = None,
     ) -> None:
-        """terminal_dfas, default_reductions, unique_terminals: see GrammarEngine (used by JSON
+        """terminal_dfas, default_reductions, unique_rules: see GrammarEngine (used by JSON
         Schema grammars)."""
         self.spec = spec
         self.vocabulary = vocabulary
         self.lark = build_parser(spec, syntax, start, placeholders=terminal_dfas is not None)
         self.engine = GrammarEngine(
-            self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions, unique_terminals
+            self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions, unique_rules
         )
         self.table = TokenTable.of(vocabulary)
         self.masks = MaskBuilder(self.engine, self.table)
@@ -93,13 +93,14 @@ class GrammarConstraint(Constraint):
     def bitmask(self, state: GrammarState) -> np.ndarray:
         """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
         with self._lock:
-            key = state if self.engine.unique_types else self.masks.canonical(state)  # unique items: exact state
+            repeats = bool(state.frames)  # inside a unique array: the exact state (items seen, item text)
+            key = state if repeats else self.masks.canonical(_without_frames(state))
             mask = self._cache.get(key)
             if mask is not None:
                 self._cache.move_to_end(key)
                 return mask
-            mask = self.masks.mask(state)
-            if self.engine.unique_types:
+            mask = self.masks.mask(state if repeats else key)
+            if repeats:
                 self._drop_repeated_items(state, mask)
             if self._eos.size and self.engine.at_eof(state):
                 _set_bits(mask, self._eos)
@@ -125,36 +126,33 @@ class GrammarConstraint(Constraint):
 
     def _drop_repeated_items(self, state: GrammarState, mask: np.ndarray) -> None:
         """Clear from `mask` (computed without item uniqueness) the tokens that repeat an item of
-        a unique array or leave only repeats to finish the item: those that continue the current
-        item along an earlier one, and those that close an item and go on inside the same token
-        (checked one by one with the exact scalar step)."""
-        inside = bool(self.engine.context(state.stack).unique_slots)  # a unique array is open
-        candidates = set(self._closing_ids(inside))
-        if state.seen and inside:
-            for item in state.seen:
-                word = b"," + item
-                if word.startswith(state.token):
-                    rest = word[len(state.token) :]
-                    candidates.update(self.table.ids_with_prefix(rest))
-                    for k in range(1, len(rest)):
+        a unique array or leave only repeats to finish one: those that follow an earlier item's
+        text, and those that close a token and hold a `,` or `]` (they may end an item, and a
+        `,` starts the next); each checked with the exact scalar step."""
+        candidates = set(self._closing_ids(state))
+        for seen, item in state.frames:
+            if item is None:
+                continue
+            text = item + state.token
+            for word in seen:
+                if word.startswith(text):
+                    rest = word[len(text) :]
+                    for k in range(1, len(rest) + 1):
                         candidates.update(self.vocabulary.ids_for_bytes(rest[:k]))
         for i in candidates:
             if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
                 mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
 
-    def _closing_ids(self, inside: bool) -> list[int]:
-        """Tokens holding (last byte of an item, comma): they may close an item and start the
-        next. Outside an open unique array only those that also open an array (`[`) can."""
-        if not hasattr(self, "_closing"):
-            ends = set()
-            for t in self.engine.unique_types:
-                dfa = self.engine._dfa_cache[self.engine.type_names[t]]
-                into_accept = dfa.accepting[np.maximum(dfa.transitions, 0)] & (dfa.transitions >= 0)
-                ends.update(np.flatnonzero(into_accept.any(axis=0)).tolist())
-            ids = self.table.ids_containing(frozenset(bytes([b]) + b"," for b in ends))
-            token_bytes = self.vocabulary.token_bytes
-            self._closing = (ids, [i for i in ids if b"[" in token_bytes[i]])
-        return self._closing[0] if inside else self._closing[1]
+    def _closing_ids(self, state: GrammarState) -> list[int]:
+        """The tokens that close the current token somewhere inside them and hold a `,` or `]`."""
+        if not hasattr(self, "_delimiters"):
+            flags = np.zeros(self.vocabulary.size, dtype=bool)
+            for i, data in enumerate(self.vocabulary.token_bytes):
+                if data and (b"," in data or b"]" in data):
+                    flags[i] = True
+            self._delimiters = flags
+        rows = self.masks.closing_rows(_without_frames(state))
+        return rows[self._delimiters[rows]].tolist()
 
     def _warm_up(self, seconds: float) -> None:
         """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""
@@ -201,7 +199,7 @@ class GrammarMatcher(Matcher):
             plan = self.constraint.completion.tokens(self.state)
         if plan is None or len(plan) + MARGIN < remaining or len(plan) > remaining:
             return None  # room left, or no completion fits (best prefix)
-        if self.constraint.engine.unique_types and not self._plan_keeps_items_unique(plan):
+        if self.state.frames and not self._plan_keeps_items_unique(plan):
             return None
         self.plan = plan
         return plan
@@ -285,3 +283,10 @@ class GrammarMatcher(Matcher):
 def _set_bits(mask: np.ndarray, ids: np.ndarray) -> None:
     for i in ids.tolist():
         mask[i // 32] |= np.uint32(1 << (i % 32)).view(np.int32)
+
+
+def _without_frames(state: GrammarState) -> GrammarState:
+    """`state` without its unique-array bookkeeping (which masks before repeats do not read)."""
+    if not state.frames and not state.token:
+        return state
+    return GrammarState(state.stack, state.ignored, state.lex, state.tail)

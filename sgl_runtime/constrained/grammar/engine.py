@@ -2,7 +2,8 @@
 
 A `GrammarState` is (parser stack, count of consecutive ignored tokens, product-lexer state
 of the token being read, `tail`: the bytes read after the current winner's last accepting
-position, which are lexed again if the token closes there). `feed` consumes bytes exactly as
+position, which are lexed again if the token closes there), and for arrays whose items must
+be unique (`unique_rules`) the items each open one has had. `feed` consumes bytes exactly as
 lark's contextual lexer + LALR parser would; `viable` says whether some continuation makes
 the whole text a sentence; `at_eof` whether the text may end here.
 
@@ -21,16 +22,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 from lark.lexer import UnlessCallback
 
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
-from sgl_runtime.constrained.grammar.parser import LalrStacks
+from sgl_runtime.constrained.grammar.parser import SHIFT, LalrStacks
 from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
 
 NOTHING_SEEN: frozenset = frozenset()
+OPEN, ITEM, CLOSE = "open", "item", "close"  # the marked rules of an array whose items must be unique
+ESCAPE_FEEDS = 20_000  # scalar steps one repeat check may take (beyond: the prefix counts as a dead end)
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,8 @@ class GrammarState:
     ignored: int
     lex: int
     tail: bytes
-    token: bytes = b""  # the current token's bytes, kept only where a unique-item terminal may be read
-    seen: frozenset = NOTHING_SEEN  # the items of the array being read whose items must be unique
+    token: bytes = b""  # the current token's bytes, kept while a unique array is open
+    frames: tuple = ()  # per open unique array, outermost first: (items seen, text of the item being read or None)
 
 
 class GrammarEngine:
@@ -54,14 +56,15 @@ class GrammarEngine:
         max_ignored_run: int = 4,
         terminal_dfas: Optional[dict] = None,
         default_reductions: bool = False,
-        unique_terminals: Optional[dict] = None,
+        unique_rules: Optional[dict] = None,
     ) -> None:
         """terminal_dfas: {terminal name: ByteDFA} used as those terminals' automata instead of
         their lark patterns (placeholders then), e.g. a JSON Schema's leaves compiled flat.
         default_reductions: see LalrStacks (lexer contexts of the shifting state, not lark's).
-        unique_terminals: {terminal name: 1 or 2}: the items of a JSON array whose items must be
-        distinct, 1 for the first item's terminal, 2 for the terminal `,item` of the later ones;
-        a later item equal (as text) to an earlier one of the same array is rejected."""
+        unique_rules: {rule name: OPEN, ITEM or CLOSE} for arrays whose items must be distinct:
+        OPEN an empty rule right after the array's `[`, ITEM the rule of one item, CLOSE the
+        array's rule. An item whose text equals an earlier item's of the same array is rejected
+        (exact where each value has one spelling, as in the JSON Schema grammar form)."""
         if max_ignore_bytes < 1 or max_ignored_run < 1:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
@@ -83,7 +86,10 @@ class GrammarEngine:
                 f"unsupported lark grammar: terminals without a pattern {missing} "
                 "(%declare'd terminals need a postlexer, which constraints cannot run)"
             )
-        self.unique_types = {self.type_index[n]: role for n, role in (unique_terminals or {}).items()}
+        self.unique_rules = dict(unique_rules or {})
+        opens = {name for name, kind in self.unique_rules.items() if kind == OPEN}
+        # parser states right after a unique array's `[` whose OPEN waits for the next token's type
+        self._opening = frozenset(st for st, row in self.parser.states.items() if opens.intersection(row))
         self.max_ignore_bytes = max_ignore_bytes
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
@@ -140,23 +146,31 @@ class GrammarEngine:
 
     # ---- scalar semantics -------------------------------------------------------------------
 
-    def seen_after(self, seen: frozenset, token_type: int, text: bytes) -> Optional[frozenset]:
-        """The unique-array items after a token of `token_type` spelled `text` closes (None: a
-        repeated item). Any other token than an item or a blank ends the array's items."""
-        role = self.unique_types.get(token_type)
-        if role is None:
-            return seen if token_type in self.ignored_types else NOTHING_SEEN
-        if role == 1:
-            return frozenset((text,))
-        item = text[1:]  # the terminal is "," + item (compact JSON)
-        return None if item in seen else seen | {item}
+    def close_token(self, stack: tuple, ignored: int, frames: tuple, token_type: int, text: bytes):
+        """(stack, ignored count, frames) after a token of `token_type` spelled `text` closes, or
+        None if rejected (by the parser, or as a repeated item of a unique array)."""
+        if not self.unique_rules or token_type in self.ignored_types:
+            closed = self.close(stack, ignored, token_type)
+            return None if closed is None else (*closed, frames)
+        if token_type == self.poison or token_type < 0:
+            return None
+        fed = self.parser.feed_marked(stack, self.type_names[token_type], self.unique_rules)
+        if fed is None:
+            return None
+        stack, events = fed
+        if events:
+            frames = _frames_after(frames, events, text)
+            if frames is None:
+                return None
+        return stack, 0, frames
 
     def feed(self, state: GrammarState, data: bytes) -> Optional[GrammarState]:
         """The state after `data`, or None where no token / parse is possible."""
         stack, ignored, x, tail = state.stack, state.ignored, state.lex, state.tail
-        token, seen = state.token, state.seen
+        token, frames = state.token, state.frames
         ctx = self.context(stack)
-        track, rows, classes = ctx.unique_slots, ctx.rows, ctx.class_list
+        rows, classes = ctx.rows, ctx.class_list
+        track = bool(frames) or stack[-1] in self._opening  # keep the token's text for its item
         buf, i = data, 0
         while i < len(buf):
             row = rows[x] or ctx.build_row(x)  # (events, next states, closed types) per byte class
@@ -165,17 +179,20 @@ class GrammarEngine:
             if code == DEAD:
                 return None
             if code == CLOSE_BEFORE or code == CLOSE_HERE:
-                closed = self.close(stack, ignored, row[2][c])
-                if closed is None:
-                    return None
-                if self.unique_types:
+                if self.unique_rules:
                     text = token + buf[i : i + 1] if code == CLOSE_HERE else token[: len(token) - len(tail)]
-                    seen = self.seen_after(seen, row[2][c], text)
-                    if seen is None:
+                    closed = self.close_token(stack, ignored, frames, row[2][c], text)
+                    if closed is None:
                         return None
-                stack, ignored = closed
+                    stack, ignored, frames = closed
+                else:
+                    closed = self.close(stack, ignored, row[2][c])
+                    if closed is None:
+                        return None
+                    stack, ignored = closed
                 ctx = self.context(stack)
-                track, rows, classes = ctx.unique_slots, ctx.rows, ctx.class_list
+                rows, classes = ctx.rows, ctx.class_list
+                track = bool(frames) or stack[-1] in self._opening
                 x = ctx.initial
                 if code == CLOSE_BEFORE:
                     buf, i = tail + buf[i:], 0
@@ -189,16 +206,14 @@ class GrammarEngine:
                 token += buf[i : i + 1]
             x = y
             i += 1
-        return GrammarState(stack, ignored, x, tail, token, seen)
+        return GrammarState(stack, ignored, x, tail, token, frames)
 
-    def viable(self, state: GrammarState) -> bool:
+    def viable(self, state: GrammarState, budget: Optional[list] = None) -> bool:
         """Whether some continuation of the text read so far is a sentence."""
+        if state.frames and self._repeats_only(state, budget or [ESCAPE_FEEDS]):
+            return False
         ctx = self.context(state.stack)
         x = state.lex
-        if state.seen and state.token and ctx.unique_slots:
-            alive = ctx.alive_slots(x)
-            if len(alive) == 1 and alive[0] in ctx.unique_slots:
-                return self._unique_viable(state, ctx, alive[0])
         if ctx.possible(x) & self.allowed_bits(state.stack, state.ignored):
             return True
         if ctx.is_fresh(x):
@@ -222,30 +237,69 @@ class GrammarEngine:
         """Close the token at the winner's last accept, lex the tail again, and test `then`."""
         ctx = self.context(state.stack)
         token_type = int(ctx.wtype[state.lex])
-        closed = self.close(state.stack, state.ignored, token_type)
+        text = state.token[: len(state.token) - len(state.tail)]
+        closed = self.close_token(state.stack, state.ignored, state.frames, token_type, text)
         if closed is None:
             return False
-        seen = state.seen
-        if self.unique_types:
-            seen = self.seen_after(seen, token_type, state.token[: len(state.token) - len(state.tail)])
-            if seen is None:
-                return False
-        nxt = GrammarState(closed[0], closed[1], self.context(closed[0]).initial, b"", b"", seen)
+        nxt = GrammarState(closed[0], closed[1], self.context(closed[0]).initial, b"", b"", closed[2])
         if state.tail:
             nxt = self.feed(nxt, state.tail)
         return nxt is not None and then(nxt)
 
-    def _unique_viable(self, state: GrammarState, ctx: LexerContext, slot: int) -> bool:
-        """Inside a later item of a unique array: whether the item can still end as a text the
-        array has not had (and the parser takes it there)."""
-        token_type = ctx.slot_types[slot]
-        if not (self.allowed_bits(state.stack, state.ignored) >> token_type) & 1:
-            return False
-        if self.unique_types[token_type] != 2:
-            return True
-        dfa = ctx.slots[slot]
-        blocked = [b"," + item for item in state.seen]
-        return escapes(dfa.trans, dfa.label, ctx.slot_state(state.lex, slot), state.token, blocked)
+    def _repeats_only(self, state: GrammarState, budget: list) -> bool:
+        """Whether an open unique array's current item can now only end as one of its earlier
+        items (its text is a prefix of theirs and no byte leads off them to a viable text)."""
+        for j, (seen, item) in enumerate(state.frames):
+            rests = _rests(seen, item, state.token)
+            if rests and not self._escapes(state, j, rests, budget):
+                return True
+        return False
+
+    def _escapes(self, state: GrammarState, j: int, rests: list, budget: list) -> bool:
+        """Whether frame j's item can leave the earlier items it follows (their `rests` after the
+        text so far): a depth-first walk along their bytes, trying at each step the bytes that
+        lead off them (one per byte class where the class decides alone) for a viable state."""
+        seen = state.frames[j][0]
+        todo = [(state, rests)]
+        while todo:
+            s, rests = todo.pop()
+            firsts = {w[0] for w in rests if w}
+            for b in self._probe_bytes(s, firsts):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                nxt = self.feed(s, bytes((b,)))
+                if nxt is None:
+                    continue
+                frames = nxt.frames
+                if len(frames) <= j or frames[j][0] is not seen or frames[j][1] is None:
+                    if self.viable(nxt, budget):  # the item ended, and not as an earlier one
+                        return True
+                    continue
+                more = _rests(seen, frames[j][1], nxt.token)
+                if not more:
+                    if self.viable(nxt, budget):
+                        return True
+                elif b in firsts:
+                    todo.append((nxt, more))
+        return False
+
+    def _probe_bytes(self, state: GrammarState, firsts: set) -> list:
+        """The bytes to try from `state`: those in `firsts`, and of the others one per lexer byte
+        class that continues or closes the token here (all of a class that closes before it,
+        since the next context lexes that byte again)."""
+        ctx = self.context(state.stack)
+        row = ctx.rows[state.lex] or ctx.build_row(state.lex)
+        codes, classes = row[0], ctx.class_list
+        out, taken = [b for b in firsts if codes[classes[b]] != DEAD], set()
+        for b in range(256):
+            c = classes[b]
+            code = codes[c]
+            if code == DEAD or b in firsts or (c in taken and code != CLOSE_BEFORE):
+                continue
+            taken.add(c)
+            out.append(b)
+        return out[::-1]  # the bytes off the earlier items first: most often one of them escapes
 
     def _validate(self) -> None:
         """Fail at compile time, not at a later mask, on terminals the engine cannot run."""
@@ -279,24 +333,33 @@ class GrammarEngine:
             )
         ctx = LexerContext(slots)
         ctx.slot_types = slot_types
-        ctx.unique_slots = tuple(i for i, t in enumerate(slot_types) if t in self.unique_types)
         return ctx
 
 
-def escapes(trans, label, q: int, prefix: bytes, blocked: list) -> bool:
-    """Whether a slot DFA (every state live) at state `q` after reading `prefix` can end a token
-    that is not one of `blocked`: walks the DFA along the trie of the blocked words' rests and
-    succeeds where it may accept off the trie's words or take a byte that leaves the trie."""
-    todo = [(q, [w[len(prefix) :] for w in blocked if w.startswith(prefix)])]
-    while todo:
-        q, words = todo.pop()
-        if label[q] >= 0 and b"" not in words:
-            return True
-        row = np.asarray(trans[q])
-        firsts = {w[0] for w in words if w}
-        if any(b not in firsts for b in np.flatnonzero(row >= 0).tolist()):
-            return True
-        for b in firsts:
-            if row[b] >= 0:
-                todo.append((int(row[b]), [w[1:] for w in words if w and w[0] == b]))
-    return False
+def _rests(seen: frozenset, item: Optional[bytes], token: bytes) -> list:
+    """What each earlier item that the current one (`item` + `token`, so far) may still become has
+    left to read ([] when none, or between items)."""
+    if item is None or not seen:
+        return []
+    text = item + token
+    return [w[len(text) :] for w in seen if w.startswith(text)]
+
+
+def _frames_after(frames: tuple, events: tuple, text: bytes) -> Optional[tuple]:
+    """Unique-array frames after a token spelled `text` is shifted with these marked reductions
+    around it (None: an item repeats an earlier one of its array). The token's text goes to every
+    item being read; a frame between items (after an item, at its `,` or `]`) starts the next."""
+    out = list(frames)
+    for event in events:
+        if event is SHIFT:
+            out = [(seen, b"" if item is None else item + text) for seen, item in out]
+        elif event == OPEN:
+            out.append((NOTHING_SEEN, b""))
+        elif event == ITEM:
+            seen, item = out[-1]
+            if item in seen:
+                return None
+            out[-1] = (seen | {item}, None)
+        else:
+            out.pop()
+    return tuple(out)

@@ -54,7 +54,6 @@ class LexerContext:
             self._explore()  # finite and usually small: every row now, none on the decode path
 
     slot_types: list = []  # each slot's token type (set by the engine)
-    unique_slots: tuple = ()  # slots of unique-array item terminals (set by the engine)
 
     @property
     def n_states(self) -> int:

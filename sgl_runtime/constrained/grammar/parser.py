@@ -20,6 +20,7 @@ from typing import Optional
 from lark.parsers.lalr_analysis import Shift
 
 END = "$END"
+SHIFT = "shift"  # feed_marked: where the terminal is shifted
 Stack = tuple
 
 
@@ -45,6 +46,16 @@ class LalrStacks:
 
     def feed(self, stack: Stack, terminal: str) -> Optional[Stack]:
         """The stack after `terminal` (name), or None when the parser rejects it."""
+        return self._feed(stack, terminal, None, None)
+
+    def feed_marked(self, stack: Stack, terminal: str, marks: dict) -> Optional[tuple[Stack, tuple]]:
+        """`feed`, and what happened on the way: `marks[rule name]` for each reduction of a marked
+        rule and SHIFT where the terminal is shifted, in order (None when the parser rejects it)."""
+        events: list = []
+        st = self._feed(stack, terminal, marks, events)
+        return None if st is None else (st, tuple(events))
+
+    def _feed(self, stack: Stack, terminal: str, marks: Optional[dict], events: Optional[list]) -> Optional[Stack]:
         states = self.states
         st = list(stack)
         while True:
@@ -54,15 +65,19 @@ class LalrStacks:
             kind, arg = action
             if kind is Shift:
                 st.append(arg)
-                return self._settle(st)
+                if events is not None:
+                    events.append(SHIFT)
+                return self._settle(st, marks, events)
             size = len(arg.expansion)
             if size:
                 del st[-size:]
             st.append(states[st[-1]][arg.origin.name][1])
+            if marks is not None and arg.origin.name in marks:
+                events.append(marks[arg.origin.name])
             if terminal == END and st[-1] == self.end_state:
                 return tuple(st)
 
-    def _settle(self, st: list) -> Stack:
+    def _settle(self, st: list, marks: Optional[dict] = None, events: Optional[list] = None) -> Stack:
         """Apply the default reductions (none unless enabled) to the stack list `st`."""
         states, uniform = self.states, self._uniform
         rule = uniform.get(st[-1])
@@ -71,6 +86,8 @@ class LalrStacks:
             if size:
                 del st[-size:]
             st.append(states[st[-1]][rule.origin.name][1])
+            if marks is not None and rule.origin.name in marks:
+                events.append(marks[rule.origin.name])
             rule = uniform.get(st[-1])
         return tuple(st)
 

@@ -247,7 +247,7 @@ class MaskBuilder:
             return state
         lex = self.engine.context(state.stack).representative(state.lex, self._horizon)
         return (
-            state if lex == state.lex else GrammarState(state.stack, state.ignored, lex, b"", state.token, state.seen)
+            state if lex == state.lex else GrammarState(state.stack, state.ignored, lex, b"", state.token, state.frames)
         )
 
     def mask(self, state: GrammarState) -> np.ndarray:
@@ -260,6 +260,13 @@ class MaskBuilder:
         for p in packed:
             out |= p
         return out
+
+    def closing_rows(self, state: GrammarState) -> np.ndarray:
+        """Ids of the tokens that close the token being read somewhere inside them."""
+        state = self.canonical(state)
+        run = self._run(self.engine.context(state.stack), state, ("all",), None, None)
+        parts = [g.rows for _, _, g in run.closes]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
     def warm(self, ctx: LexerContext) -> None:
         """Walk the vocabulary from `ctx`'s token start ahead of use (the commonest first visit)."""

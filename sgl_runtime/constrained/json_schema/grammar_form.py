@@ -91,7 +91,7 @@ class GrammarBuilder:
         self.shapes = Shapes(comp.refs)
         self.rules: dict[str, list[list[str]]] = {}
         self.terminals: dict[str, ByteDFA] = {}
-        self.unique: dict[str, int] = {}
+        self.unique: dict[str, str] = {}  # the marked rules of unique arrays (unique_grammar.py)
         self.nodes: dict = {}
         self._pending: dict[str, bool] = {}
         self._terms: dict = {}
@@ -123,24 +123,17 @@ class GrammarBuilder:
         self.rules[name] = alternatives
         return name
 
-    def terminal(self, dfa: Dfa, key=None, unique: int = 0) -> str:
-        """A terminal for `dfa` (the same `key` gives the same terminal); unique=1 or 2: a new
-        terminal for the first or the later (`,item`) items of an array of unique items."""
+    def terminal(self, dfa: Dfa, key=None) -> str:
+        """A terminal for `dfa` (the same `key` gives the same terminal)."""
         if key is not None and key in self._terms:
             return self._terms[key][0]
         if isinstance(dfa, CountedDFA):  # long strings (long_strings.py), shared by key only
-            name = self.name("U" if unique else "T")
+            name = self.name("T")
             self.terminals[name] = dfa
-            if unique:
-                self.unique[name] = unique
-            elif key is not None:
+            if key is not None:
                 self._terms[key] = (name, dfa)
             return name
         byte_dfa = ByteDFA.from_dfa(dfa, max_states=LEAF_EXPANSION_STATES)
-        if unique:
-            name = self.name("U")
-            self.terminals[name], self.unique[name] = byte_dfa, unique
-            return name
         content = (byte_dfa.initial, byte_dfa.transitions.tobytes(), byte_dfa.accepting.tobytes())
         name = self._by_content.get(content)  # one terminal per language: equal positions share lexer contexts
         if name is None:
@@ -251,10 +244,10 @@ class GrammarBuilder:
                 return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
 
-    def unique_items(self, items):
+    def unique_items(self, items) -> bool:
         from sgl_runtime.constrained.json_schema.unique_grammar import unique_items
 
-        return unique_items(self, items, is_budget_error, LEAF_MAX_STATES)
+        return unique_items(self, items)
 
     def _without_type(self, schema):
         """`schema` without its `type` when it has no keyword of its own (only applicators): the

@@ -18,6 +18,7 @@ from sgl_runtime.constrained.json_schema.strings import (
     string_dfa,
     string_literal,
 )
+from sgl_runtime.constrained.json_schema.unique_grammar import mark_unique
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
 MAX_ARRAY_POSITIONS = 512
@@ -180,19 +181,17 @@ def array_rule(b, schema: dict) -> str | None:
         raise ConstraintError("prefixItems: expected a list of schemas")
     min_items = count_keyword(schema, "minItems", 0)
     max_items = count_keyword(schema, "maxItems", None)
-    unique = None
-    if schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1):
-        if prefix:
-            b.comp.unsupported("uniqueItems", "not exact beside prefixItems on arrays too large for one automaton")
-        else:
-            unique = b.unique_items(schema.get("items", True))
+    unique = schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1)
+    if unique and prefix:
+        b.comp.unsupported("uniqueItems", "not exact beside prefixItems on arrays too large for one automaton")
+        unique = False
+    unique = unique and b.unique_items(schema.get("items", True))
     elements = [b.node(s) for s in prefix]
-    if isinstance(unique, tuple):  # the first item's terminal, then `,item` ones: the comma is theirs
-        first, rest = unique
-        separator = []
-    else:
-        rest = b.node(schema.get("items", True), CATEGORIES) if unique is None else unique
-        first, separator = rest, [b.punct("COMMA")]
+    rest = b.node(schema.get("items", True), CATEGORIES)
+    item_rule = b.rule([[rest]]) if unique and rest is not None else None  # reduced as each item ends
+    if item_rule is not None:
+        rest = item_rule
+    separator = [b.punct("COMMA")]
     limit = next((p for p, e in enumerate(elements) if e is None), len(prefix) if rest is None else None)
     if limit is not None:
         max_items = limit if max_items is None else min(max_items, limit)
@@ -203,7 +202,7 @@ def array_rule(b, schema: dict) -> str | None:
         return None
 
     def element(p: int) -> str:
-        return elements[p] if p < len(prefix) else first if p == 0 else rest
+        return elements[p] if p < len(prefix) else rest
 
     lbracket, rbracket = b.punct("LBRACKET"), b.punct("RBRACKET")
     names = [""] + [b.name("a") for _ in range(top)]
@@ -214,6 +213,14 @@ def array_rule(b, schema: dict) -> str | None:
         rules[names[top]].append([names[top], *separator, element(top)])
     for name, alts in rules.items():
         b.rule(alts, name)
-    alternatives = [[lbracket, rbracket]] if min_items == 0 else []
-    alternatives += [[lbracket, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
-    return b.rule(alternatives) if alternatives else None
+    opener = [lbracket]
+    if item_rule is not None:
+        opener.append(b.rule([[]]))  # empty, reduced right after `[`: a new array of unique items
+    alternatives = [[*opener, rbracket]] if min_items == 0 else []
+    alternatives += [[*opener, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
+    if not alternatives:
+        return None
+    name = b.rule(alternatives)
+    if item_rule is not None:
+        mark_unique(b, name, opener[1], item_rule)
+    return name

@@ -64,18 +64,6 @@ def counted_leaf(b, schema, cats: frozenset):
     return b.rule([[s] for s in symbols])
 
 
-def counted_items(b, items):
-    """(first item, `,item`) terminals of a unique array whose items are long strings only, None
-    when no string is valid; NOT_COUNTED when the items are not such strings."""
-    found = _long_string(b, items, frozenset({SCALAR}))
-    if found is None or found[0]["type"] != ["string"]:
-        return NOT_COUNTED
-    strings = _counted(b, *found)[1]
-    if strings.is_empty():
-        return None
-    return b.terminal(strings, unique=1), b.terminal(strings.after(b","), unique=2)
-
-
 def _counted(b, plain: dict, lo: int, hi, pattern):
     """(plain, CountedDFA, terminal key) of a long string schema found by `_long_string`."""
     fmt = plain.get("format")

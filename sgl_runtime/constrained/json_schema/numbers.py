@@ -53,6 +53,11 @@ def integral_floats(allowed: bool):
         _INTEGRAL_FLOATS.reset(token)
 
 
+def integral_floats_allowed() -> bool:
+    """Whether integral values may be spelled "1.0" here (see `integral_floats`)."""
+    return _INTEGRAL_FLOATS.get()
+
+
 @functools.lru_cache(maxsize=512)
 def rx(pattern: str) -> Dfa:
     """A Dfa for a trusted internal regex (interegular syntax)."""

@@ -1,7 +1,7 @@
 """The grammar form's output: lark text whose terminals are placeholders for automata.
 
 `SchemaGrammar(text, terminals, unique)` names each terminal's automaton (a ByteDFA, or a
-CountedDFA for a long string) and the unique-array item terminals; `constraint(vocabulary)`
+CountedDFA for a long string) and the marked rules of unique arrays; `constraint(vocabulary)`
 makes the GrammarConstraint that runs it, `accepts(text)` decides text without a vocabulary.
 """
 
@@ -17,7 +17,7 @@ class SchemaGrammar:
 
     text: str
     terminals: dict
-    unique: dict = field(default_factory=dict)  # unique-array item terminals (GrammarEngine)
+    unique: dict = field(default_factory=dict)  # the marked rules of unique arrays (GrammarEngine)
     _engine: Any = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
@@ -32,7 +32,7 @@ class SchemaGrammar:
             syntax="lark",
             terminal_dfas=self.terminals,
             default_reductions=True,
-            unique_terminals=self.unique,
+            unique_rules=self.unique,
             **options,
         )
 
@@ -45,7 +45,7 @@ class SchemaGrammar:
                 build_lark(self.text, placeholders=True),
                 terminal_dfas=self.terminals,
                 default_reductions=True,
-                unique_terminals=self.unique,
+                unique_rules=self.unique,
             )
         return self._engine
 

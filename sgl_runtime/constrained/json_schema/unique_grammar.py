@@ -1,114 +1,111 @@
-"""uniqueItems in the grammar form: the item terminals of an array whose items must be distinct.
+"""uniqueItems in the grammar form: arrays whose items are any values spelled one way only.
 
-Exact where equal items have equal text, i.e. every item value has one spelling in this
-serialisation; the grammar engine then keeps the items of the array being written
-(`GrammarEngine`, `unique_terminals`) and rejects a repeat.
+The array's rule carries three marked rules (`GrammarEngine`, `unique_rules`): an empty one right
+after `[` (a new array), one around each item (an item ends), and the array's own (it closes).
+The engine keeps the text of every item of each open array and rejects an item whose text is an
+earlier one's; masks also leave out the tokens after which the item can only end as a repeat.
+Equal text is equal value when every value the items admit has one spelling in this
+serialisation (`one_spelling`): compact JSON, declared keys in `properties` order, no undeclared
+keys, numbers as numbers.py spells them (not with `integral_floats`). Otherwise the keyword is
+refused (or, with lenient=True, not enforced).
 """
 
 from __future__ import annotations
 
-from sgl_runtime.constrained.automata import work_budget
-from sgl_runtime.constrained.automata_ops import concat
-from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_items, holds_long_string
-from sgl_runtime.constrained.json_schema.shapes import ARRAY_KEYWORDS, DYNAMIC, OBJECT_KEYWORDS, SCALAR_KEYWORDS
+from sgl_runtime.constrained.grammar.engine import CLOSE, ITEM, OPEN
+from sgl_runtime.constrained.json_schema import numbers
+from sgl_runtime.constrained.json_schema.shapes import OBJECT
 from sgl_runtime.constrained.json_schema.values import NORMAL
 
-# keywords that may shape a value, and those of them an item of a unique array may use (canonical)
-_SHAPING = (
-    *SCALAR_KEYWORDS,
-    *OBJECT_KEYWORDS,
-    *ARRAY_KEYWORDS,
-    *DYNAMIC,
-    "$ref",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentSchemas",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "enum",
-    "const",
-    "type",
-)
-_CANONICAL_KEYWORDS = {
-    "type",
-    "enum",
-    "const",
-    "properties",
-    "required",
-    "additionalProperties",
-    "pattern",
-    "minLength",
-    "maxLength",
-    "format",
-    "minProperties",
-    "maxProperties",
-}
+MAX_VISITS = 4096  # subschemas one check reads
 
 
-def unique_items(b, items, is_budget_error, leaf_max_states: int):
-    """Terminals (first item, `,item`) for the items of an array whose items must be unique, or
-    None when no item is valid. Exact where equal items have equal text: item values spelled
-    one way only (strings, true/false/null, objects without undeclared keys whose keys come in
-    `properties` order, of such values; compact JSON), each item ONE automaton."""
-    if b.tokens.ws is not None or not canonical(b, items):
-        b.comp.unsupported(
-            "uniqueItems",
-            "exact in the grammar form for items spelled one way only: strings, booleans, null, and objects "
-            "of those with additionalProperties false, in compact JSON with key_order 'properties'",
-        )
-        return b.node(items)
-    counted = counted_items(b, items)
-    if counted is not NOT_COUNTED:
-        return counted
-    dfa = None
-    try:
-        if not holds_long_string(b, items, patterned=True):  # long patterned strings: too large an item automaton
-            with work_budget(b.leaf_budget):
-                dfa = b.comp.compile(items, 0, b.mode)
-    except ConstraintError as exc:
-        if not is_budget_error(exc):
-            raise
-    if dfa is not None and dfa.num_states <= leaf_max_states:
-        if dfa.is_empty():
-            return None
-        try:
-            return b.terminal(dfa, unique=1), b.terminal(concat(b.tokens.comma, dfa), unique=2)
-        except ConstraintError as exc:
-            if not is_budget_error(exc):
-                raise
-    b.comp.unsupported("uniqueItems", "the items of a unique array must fit one automaton (grammar form)")
-    return b.node(items)
+def unique_items(b, items) -> bool:
+    """Whether uniqueness of `items` is enforced (else it was refused, or ignored if lenient)."""
+    if b.tokens.ws is None and b.mode == NORMAL and not numbers.integral_floats_allowed() and one_spelling(b, items):
+        return True
+    b.comp.unsupported(
+        "uniqueItems",
+        "exact in the grammar form for items whose every value has one spelling: compact JSON, key_order "
+        "'properties', objects with additionalProperties false and no patternProperties, no free-form value",
+    )
+    return False
 
 
-def canonical(b, schema, depth: int = 0) -> bool:
-    """Whether every value `schema` admits has one spelling here (see unique_items)."""
-    if depth > 32 or not isinstance(schema, dict):
+def mark_unique(b, array_rule: str, opener: str, item_rule: str) -> None:
+    """Record the marked rules of one unique array (see the module docstring)."""
+    b.unique[opener], b.unique[item_rule], b.unique[array_rule] = OPEN, ITEM, CLOSE
+
+
+def one_spelling(b, schema) -> bool:
+    """Whether every value `schema` admits has one spelling (conservative: False when unsure).
+    A schema's language lies inside that of each of its conjuncts (`$ref`, an `allOf` member,
+    `enum`/`const`), so one conjunct with one spelling suffices; `anyOf`/`oneOf` need every
+    branch, with at most one admitting objects (two could order the same keys differently)."""
+    memo: dict = {}
+    return _one(b, schema, memo, [MAX_VISITS])
+
+
+def _one(b, schema, memo: dict, budget: list) -> bool:
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        return False  # true: any value, objects with any keys in any order
+    key = id(schema)
+    if key in memo:
+        return memo[key]
+    budget[0] -= 1
+    if budget[0] < 0:
         return False
-    if "$ref" in schema:
-        return not any(k in schema for k in _SHAPING if k != "$ref") and canonical(
-            b, b.shapes.target(schema), depth + 1
-        )
-    if any(k in schema for k in _SHAPING if k not in _CANONICAL_KEYWORDS):
-        return False
+    memo[key] = True  # a recursive reference: decided by the rest of the structure
+    memo[key] = found = _decide(b, schema, memo, budget)
+    return found
+
+
+def _decide(b, schema: dict, memo: dict, budget: list) -> bool:
     values = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(values, list):
-        return all(v is None or isinstance(v, (str, bool)) for v in values)
+    if isinstance(values, list) and not any(_holds_float(v) for v in values):
+        return True  # literal values, spelled as written
+    if "$ref" in schema and _one(b, b.shapes.target(schema), memo, budget):
+        return True
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and any(_one(b, s, memo, budget) for s in all_of):
+        return True
+    for word in ("anyOf", "oneOf"):
+        branches = schema.get(word)
+        if isinstance(branches, list) and branches:
+            objects = sum(OBJECT in b.shapes.admits(s) for s in branches)
+            if objects <= 1 and all(_one(b, s, memo, budget) for s in branches):
+                return True
     types = schema.get("type")
     types = [types] if isinstance(types, str) else types
-    if not isinstance(types, list) or not types or not set(types) <= {"string", "boolean", "null", "object"}:
-        return False
-    if "object" not in types:
+    if not isinstance(types, list) or not types:
+        return False  # its own keywords admit every type, objects with any keys among them
+    if "array" in types:
+        items = schema.get("items", True)
+        prefix = schema.get("prefixItems", [])
+        if isinstance(items, list):  # draft-04 to 2019-09 tuples
+            prefix, items = items, schema.get("additionalItems", True)
+        if not isinstance(prefix, list) or not all(_one(b, s, memo, budget) for s in [*prefix, items]):
+            return False
+    if "object" in types:
+        props = schema.get("properties", {})
+        if (
+            schema.get("additionalProperties") is not False
+            or schema.get("patternProperties")
+            or not isinstance(props, dict)
+        ):
+            return False
+        if not all(_one(b, s, memo, budget) for s in props.values()):
+            return False
+    return True
+
+
+def _holds_float(value) -> bool:
+    if isinstance(value, float):
         return True
-    props = schema.get("properties", {})
-    return (
-        b.mode == NORMAL
-        and schema.get("additionalProperties") is False
-        and isinstance(props, dict)
-        and all(canonical(b, p, depth + 1) for p in props.values())
-    )
+    if isinstance(value, dict):
+        return any(_holds_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_float(v) for v in value)
+    return False
