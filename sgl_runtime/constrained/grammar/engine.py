@@ -97,6 +97,7 @@ class GrammarEngine:
         self._dfa_cache: dict = dict(terminal_dfas or {})
         self.has_counted = any(isinstance(d, CountedDFA) for d in self._dfa_cache.values())  # long strings
         self._allowed: dict = {}
+        self._probes: dict = {}  # (context, lexer state) -> the bytes a repeat check tries there
         self._validate()
         self.initial = GrammarState(self.parser.initial, 0, self.context(self.parser.initial).initial, b"")
 
@@ -287,19 +288,27 @@ class GrammarEngine:
     def _probe_bytes(self, state: GrammarState, firsts: set) -> list:
         """The bytes to try from `state`: those in `firsts`, and of the others one per lexer byte
         class that continues or closes the token here (all of a class that closes before it,
-        since the next context lexes that byte again)."""
+        since the next context lexes that byte again); the bytes off the earlier items first."""
         ctx = self.context(state.stack)
-        row = ctx.rows[state.lex] or ctx.build_row(state.lex)
-        codes, classes = row[0], ctx.class_list
-        out, taken = [b for b in firsts if codes[classes[b]] != DEAD], set()
-        for b in range(256):
-            c = classes[b]
-            code = codes[c]
-            if code == DEAD or b in firsts or (c in taken and code != CLOSE_BEFORE):
-                continue
-            taken.add(c)
-            out.append(b)
-        return out[::-1]  # the bytes off the earlier items first: most often one of them escapes
+        key = (id(ctx), state.lex)
+        probes = self._probes.get(key)
+        if probes is None:
+            row = ctx.rows[state.lex] or ctx.build_row(state.lex)
+            codes, classes = row[0], ctx.class_list
+            live = [b for b in range(256) if codes[classes[b]] != DEAD]
+            by_class: dict = {}
+            for b in live:
+                by_class.setdefault(classes[b], []).append(b)
+            probes = (frozenset(live), [(bs, codes[c] == CLOSE_BEFORE) for c, bs in by_class.items()])
+            if len(self._probes) > 65536:
+                self._probes.clear()
+            self._probes[key] = probes
+        live, groups = probes
+        out = []
+        for members, each in groups:
+            off = [b for b in members if b not in firsts]
+            out.extend(off if each else off[:1])
+        return out + [b for b in firsts if b in live]
 
     def _validate(self) -> None:
         """Fail at compile time, not at a later mask, on terminals the engine cannot run."""
