@@ -312,3 +312,30 @@ def test_closed_schemas_keep_one_automaton_unless_a_string_is_longer_than_256():
     grammar = compile_schema(closed(1000))
     assert any(isinstance(t, CountedDFA) for t in grammar.terminals.values())
     assert grammar.accepts('{"s":"' + "x" * 1000 + '"}') and not grammar.accepts('{"s":"' + "x" * 1001 + '"}')
+
+
+def test_long_strings_under_pattern_properties_stay_counted():
+    """An object whose long strings sit under `patternProperties` (AWS Cognito `Links`, values up to
+    1,024 characters of a Unicode class) takes the grammar form's rules, its strings one counted
+    token each, not one flat automaton per position (which took minutes to build)."""
+    links = {
+        "type": "object",
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 2,
+        "patternProperties": {"^cognito:(en|fr)$": {"type": "string", "minLength": 1, "maxLength": 1024}},
+    }
+    schema = {"type": "object", "properties": {"Links": links, "Id": {"type": "string"}}, "required": ["Links"]}
+    language = compile_schema(schema)
+    assert any(isinstance(dfa, CountedDFA) for dfa in language.terminals.values())
+    validator = jsonschema.Draft202012Validator(schema)
+    for instance in (
+        {"Links": {"cognito:en": "a" * 1024}},
+        {"Links": {"cognito:en": "a" * 1025}},
+        {"Links": {"cognito:en": "x", "cognito:fr": "y"}},
+        {"Links": {"cognito:de": "x"}},
+        {"Links": {}},
+        {"Links": {"cognito:fr": "é\n"}, "Id": "i"},
+    ):
+        text = json.dumps(instance, ensure_ascii=False, separators=(",", ":"))
+        assert language.accepts(text) == validator.is_valid(instance), text

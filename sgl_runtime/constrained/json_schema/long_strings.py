@@ -36,7 +36,10 @@ COUNTED_ABOVE = 32  # a length bound past this many characters makes a counted t
 NOT_COUNTED = object()
 _PLAIN = frozenset(("type", "allOf", *STRING_KEYWORDS, *NUMBER_KEYWORDS))
 _CONTAINER = frozenset(
-    ("properties", "required", "additionalProperties", "items", "minItems", "maxItems", "uniqueItems")
+    (
+        *("properties", "required", "additionalProperties", "patternProperties", "propertyNames"),
+        *("minProperties", "maxProperties", "dependentRequired", "items", "minItems", "maxItems", "uniqueItems"),
+    )
 )
 _NOT_RULES = (
     frozenset((*OBJECT_KEYWORDS, *ARRAY_KEYWORDS, *COMPLEMENTS, *DYNAMIC, "allOf", "anyOf", "oneOf", "enum", "const"))
@@ -89,9 +92,9 @@ def has_long_strings(schema, above: int = COUNTED_ABOVE) -> bool:
 
 def holds_long_string(b, schema, depth: int = 0, patterned: bool = False) -> bool:
     """Whether `schema` is an object or array with only keywords the grammar form's rules take
-    (properties, required, additionalProperties, items, minItems, maxItems, uniqueItems) and a
-    long string (with a `pattern` if `patterned`) sits in it: its rules then keep that string
-    counted, not one flat automaton."""
+    (`_CONTAINER`: the object keywords, and items, minItems, maxItems,
+    uniqueItems) and a long string (with a `pattern` if `patterned`) sits in it: its rules then
+    keep that string counted, not one flat automaton."""
     if not isinstance(schema, dict) or depth > 8 or set(schema) & _NOT_RULES:
         return False
     if "$ref" in schema:
@@ -99,6 +102,8 @@ def holds_long_string(b, schema, depth: int = 0, patterned: bool = False) -> boo
         return not set(schema) & _CONTAINER and holds_long_string(b, target, depth + 1, patterned)
     properties = schema.get("properties", {})
     subs = list(properties.values()) if isinstance(properties, dict) else []
+    patterns = schema.get("patternProperties", {})
+    subs += list(patterns.values()) if isinstance(patterns, dict) else []
     subs += [schema[k] for k in ("additionalProperties", "items") if k in schema]
     for sub in subs:
         found = _long_string(b, sub, frozenset({SCALAR}))
