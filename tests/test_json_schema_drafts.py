@@ -157,3 +157,22 @@ def test_a_property_named_default_is_a_schema_refs_can_reach():
     dfa = schema_to_dfa(schema)
     assert dfa.accepts('{"default":1,"enum":2}')
     assert not dfa.accepts('{"default":"a"}') and not dfa.accepts('{"enum":[]}')
+
+
+def test_cloudformation_provider_schemas_are_draft_07():
+    """AWS CloudFormation resource schemas declare the provider definition metaschema, which extends
+    draft-07 with annotations only: they are read as draft-07 (`dependencies`, `$ref` siblings)."""
+    uri = "https://schema.cloudformation.us-east-1.amazonaws.com/provider.definition.schema.v1.json"
+    schema = {
+        "$schema": uri,
+        "typeName": "AWS::Example::Thing",
+        "type": "object",
+        "properties": {"A": {"type": "string"}, "B": {"$ref": "#/definitions/B", "maxLength": 1}},
+        "definitions": {"B": {"type": "string"}},
+        "dependencies": {"A": ["B"]},
+        "additionalProperties": False,
+    }
+    dfa = schema_to_dfa(schema)
+    assert dfa.accepts('{"A":"x","B":"long"}') and not dfa.accepts('{"A":"x"}') and dfa.accepts('{"B":"y"}')
+    with pytest.raises(ConstraintError, match=r"\$schema: unsupported metaschema"):
+        schema_to_dfa({**schema, "$schema": uri.replace("provider", "other")})

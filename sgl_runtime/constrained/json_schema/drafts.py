@@ -10,7 +10,8 @@ of truth for which keywords a draft has):
 - `$ref` (04-07) ignores its siblings, so they are dropped;
 - keywords a declared draft does not have (e.g. `prefixItems` or `dependentRequired` in draft-07)
   are dropped, since that draft's validators ignore them.
-Schemas without `$schema` are read as 2020-12; an unknown `$schema` is refused.
+Schemas without `$schema` are read as 2020-12; AWS CloudFormation's resource provider definition
+metaschema (draft-07 plus annotations) as draft-07; any other `$schema` is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ DRAFTS = {
 }
 # the official metaschema URIs (http or https, with or without the empty fragment), as jsonschema knows them
 _METASCHEMA = re.compile(r"https?://json-schema\.org/(?:(draft-0[467])/schema|draft/(2019-09|2020-12)/schema)#?")
+# metaschemas of other dialects that declare one of those drafts as their own `$schema` and add only
+# annotations: AWS CloudFormation's resource provider definition schema (draft-07)
+_CLOUDFORMATION = r"https://schema\.cloudformation\.[a-z0-9-]+\.amazonaws\.com/provider\.definition\.schema\.v1\.json#?"
+_DIALECTS = ((re.compile(_CLOUDFORMATION), "draft-07"),)
 _LATEST = set(validators.Draft202012Validator.VALIDATORS)
 _SINGLE = (
     "not",
@@ -56,6 +61,9 @@ def declared_draft(schema) -> str:
     match = _METASCHEMA.fullmatch(uri) if isinstance(uri, str) else None
     if match:
         return match.group(1) or match.group(2)
+    for dialect, draft in _DIALECTS:
+        if isinstance(uri, str) and dialect.fullmatch(uri):
+            return draft
     raise ConstraintError(
         f"$schema: unsupported metaschema {uri!r} (supported: the draft-04, -06, -07, 2019-09 and 2020-12 "
         "metaschemas of json-schema.org; a custom metaschema's $vocabulary could change what keywords mean)"
