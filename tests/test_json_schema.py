@@ -518,3 +518,28 @@ def test_applicator_wildcards_do_not_cut_structured_siblings_short():
     dfa = schema_to_dfa(schema)
     assert dfa.accepts('{"a":{"b":{"c":["x"]}}}') and dfa.accepts('{"a":{"b":{"c":[]}}}')
     assert not dfa.accepts('{"a":{"b":{"c":[1]}}}') and not dfa.accepts('{"a":{}}')
+
+
+def test_many_pattern_properties_split_keys_by_the_patterns_they_meet():
+    """Eleven patternProperties (AWS IAM `Condition` operators): an undeclared key takes the schemas
+    of exactly the patterns it matches; only the overlaps some key can meet become key classes."""
+    ops = ["IpAddress", "ArnEquals", "ArnLike", "Bool", "DateEquals", "Null", "NumericEquals"]
+    ops += ["StringEquals", "StringLike", "DateLessThan", "NumericLessThan"]
+    patterns = {f"^(ForAnyValue:)?{op}(IfExists)?$": {"type": "integer", "maximum": i} for i, op in enumerate(ops)}
+    patterns["^String"] = {"type": "integer", "minimum": 5}  # overlaps two of them
+    schema = {"type": "object", "patternProperties": patterns, "additionalProperties": False, "maxProperties": 2}
+    dfa = schema_to_dfa(schema)
+    cases = [
+        ({"Bool": 3}, True),
+        ({"Bool": 4}, False),
+        ({"ForAnyValue:NullIfExists": 5}, True),
+        ({"StringEquals": 7}, True),
+        ({"StringEquals": 4}, False),
+        ({"StringLike": 8}, True),
+        ({"StringLike": 9}, False),
+        ({"Stringy": 6}, True),
+        ({"Other": 1}, False),
+        ({"IpAddress": 0, "ArnLike": 2}, True),
+    ]
+    for instance, valid in cases:
+        assert dfa.accepts(compact_json(instance, schema)) == valid, instance

@@ -9,8 +9,6 @@ the language is exactly the set of valid objects (without duplicate keys).
 
 from __future__ import annotations
 
-from itertools import combinations
-
 from sgl_runtime.constrained.automata import Dfa, literal
 from sgl_runtime.constrained.automata_ops import Nfa, concat, difference, intersect
 from sgl_runtime.constrained.errors import ConstraintError
@@ -26,7 +24,8 @@ from sgl_runtime.constrained.json_schema.values import EXACT, FREE_ORDER, count_
 
 MAX_TRACKED_KEYS = 8  # exact mode: keys accepted in any order (2**n seen-sets)
 MAX_FREE_ORDER_KEYS = 4  # normal mode: beyond this, undeclared required keys go in `required` order
-MAX_PATTERN_PROPERTIES = 3
+MAX_PATTERN_PROPERTIES = 32
+MAX_PATTERN_CELLS = 64  # ways an undeclared key can meet the patterns (each a key class of its own)
 
 
 def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
@@ -91,14 +90,20 @@ class _ObjectSpec:
 
     def extra_key_classes(self):
         """Each way an undeclared key can meet the patternProperties: (chosen pattern indices, the schemas its
-        value must satisfy, the key contents matching exactly those patterns; possibly empty)."""
+        value must satisfy, the key contents matching exactly those patterns), for the ways some key takes
+        (the cells of the patterns' Venn diagram that are not empty: one per pattern when they are disjoint)."""
         pats = list(self.patterns.items())
-        for r in range(len(pats) + 1):
-            for chosen in combinations(range(len(pats)), r):
-                contents = [pattern_content(pats[i][0]) for i in chosen]
-                others = [pattern_content(pats[i][0]) for i in range(len(pats)) if i not in chosen]
-                content = difference(intersect(any_content(), *contents), *others)
-                yield chosen, [pats[i][1] for i in chosen] or [self.additional], content
+        cells = [((), any_content())]
+        for i, (pattern, _) in enumerate(pats):
+            content = pattern_content(pattern)
+            split = []
+            for chosen, cell in cells:
+                split += [((*chosen, i), intersect(cell, content)), (chosen, difference(cell, content))]
+            cells = [(chosen, cell) for chosen, cell in split if not cell.is_empty()]
+            if len(cells) > MAX_PATTERN_CELLS:
+                raise ConstraintError(f"patternProperties: the patterns overlap in more than {MAX_PATTERN_CELLS} ways")
+        for chosen, content in cells:
+            yield chosen, [pats[i][1] for i in chosen] or [self.additional], content
 
     def extra_keys(self, content: Dfa) -> Dfa:
         """The quoted keys with these contents that no `properties` entry names, within propertyNames."""
