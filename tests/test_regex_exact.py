@@ -65,6 +65,39 @@ def test_compiled_regexes_agree_with_re(prefix, body):
     _assert_exact_or_refused(prefix + body, lambda pattern: pattern, TEXTS)
 
 
+@settings(
+    max_examples=EXAMPLES // 2,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(global_flags, regexes)
+def test_searched_regexes_agree_with_re_search(prefix, body):
+    """Search (a JSON Schema `pattern`): the counted repeats a leading `.*` absorbs are cut to their
+    minimum count before the subset construction; the language must not change."""
+    pattern = prefix + body
+    try:
+        dfa = regex_to_dfa(pattern, search=True)
+    except SelfCheckError as exc:
+        pytest.fail(f"self-check caught a compiler bug: {exc}")
+    except ConstraintError as exc:
+        assert "unsupported regex feature" in str(exc) or "invalid regex" in str(exc), str(exc)
+        return
+    oracle = re.compile(pattern, re.ASCII)
+    for text in TEXTS:
+        assert dfa.accepts(text) == (oracle.search(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"[ab]{1,3}_$", r"(?:a{2,4}|b)A", r"(?:(?:[ab]{2,}) )", r"^(^$)|([ab_ ]{1,1023}/$)$", r"(?=a)a{1,3}b"]
+)
+def test_searched_counted_repeats(pattern):
+    dfa = regex_to_dfa(pattern, search=True)
+    oracle = re.compile(pattern, re.ASCII)
+    for text in TEXTS + ["ab/", "b" * 40 + "/", "aaaaA", "x" * 30 + "aab_"]:
+        assert dfa.accepts(text) == (oracle.search(text) is not None), (pattern, text)
+
+
 def _assert_exact_or_refused(pattern: str, oracle_pattern, texts) -> None:
     """`pattern` compiles to a DFA that accepts exactly what `re` fullmatches with `oracle_pattern(pattern)`
     among `texts`, or is refused as unsupported/invalid (never a self-check failure)."""

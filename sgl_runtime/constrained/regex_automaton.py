@@ -64,7 +64,7 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     flags = parsed.state.flags & ~re.ASCII.value
     nodes = list(parsed)
     if search:
-        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, nodes)), _ANY_RUN]
+        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, _after_any_run(nodes))), _ANY_RUN]
     try:
         dfa = _compile(nodes, flags, allow_guards=True)
     except ConstraintError as exc:
@@ -78,6 +78,44 @@ _ANY_RUN = (
     sre_parse.SUBPATTERN,
     (None, re.DOTALL.value, 0, [(sre_parse.MAX_REPEAT, (0, sre_parse.MAXREPEAT, [(sre_parse.ANY, None)]))]),
 )
+
+
+_PLAIN_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT)
+_CONTEXTUAL = {sre_parse.AT, sre_parse.ASSERT, sre_parse.ASSERT_NOT, sre_parse.GROUPREF, sre_parse.GROUPREF_EXISTS}
+
+
+def _after_any_run(nodes: list) -> list:
+    """`nodes` read after `(?s:.*)`, with a leading counted repeat X{m,n} cut to X{m}: any text
+    ending in X^k (k > m) also ends in X^m, so the search language is the same, and the subset
+    construction no longer tracks up to n overlapping counts (`[ -~]{1,1023}/$` unanchored: 15 s
+    before). Descends into groups and alternatives at the front; stops at anything else."""
+    if not nodes:
+        return nodes
+    op, av = nodes[0]
+    if op in _PLAIN_REPEATS and av[0] < av[1] and not _contextual(av[2]):
+        return [(op, (av[0], av[0], av[2])), *nodes[1:]]
+    if op is sre_parse.SUBPATTERN:
+        group, add_flags, del_flags, body = av
+        return [(op, (group, add_flags, del_flags, _after_any_run(list(body)))), *nodes[1:]]
+    if op is sre_parse.BRANCH:
+        return [(op, (av[0], [_after_any_run(list(alt)) for alt in av[1]])), *nodes[1:]]
+    return nodes
+
+
+def _contextual(nodes) -> bool:
+    """Whether `nodes` hold an assertion or backreference (whose matches depend on the text around)."""
+    for op, av in nodes:
+        if op in _CONTEXTUAL:
+            return True
+        if op is sre_parse.SUBPATTERN and _contextual(av[3]):
+            return True
+        if op in (*_PLAIN_REPEATS, sre_parse.POSSESSIVE_REPEAT) and _contextual(av[2]):
+            return True
+        if op is sre_parse.ATOMIC_GROUP and _contextual(av):
+            return True
+        if op is sre_parse.BRANCH and any(_contextual(alt) for alt in av[1]):
+            return True
+    return False
 
 
 def _compile(nodes: list, flags: int, allow_guards: bool) -> Dfa:
