@@ -89,7 +89,18 @@ def test_searched_regexes_agree_with_re_search(prefix, body):
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"[ab]{1,3}_$", r"(?:a{2,4}|b)A", r"(?:(?:[ab]{2,}) )", r"^(^$)|([ab_ ]{1,1023}/$)$", r"(?=a)a{1,3}b"]
+    "pattern",
+    [
+        r"[ab]{1,3}_$",
+        r"(?:a{2,4}|b)A",
+        r"(?:(?:[ab]{2,}) )",
+        r"^(^$)|([ab_ ]{1,1023}/$)$",
+        r"(?=a)a{1,3}b",
+        r"(?:ba{1,3})_",
+        r"_(?:a{1,3}b)",
+        r"^_a{1,3}",
+        r"_a{1,3}\b",
+    ],
 )
 def test_searched_counted_repeats(pattern):
     dfa = regex_to_dfa(pattern, search=True)

@@ -64,7 +64,7 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     flags = parsed.state.flags & ~re.ASCII.value
     nodes = list(parsed)
     if search:
-        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, _after_any_run(nodes))), _ANY_RUN]
+        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, _beside_any_runs(nodes))), _ANY_RUN]
     try:
         dfa = _compile(nodes, flags, allow_guards=True)
     except ConstraintError as exc:
@@ -84,22 +84,31 @@ _PLAIN_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT)
 _CONTEXTUAL = {sre_parse.AT, sre_parse.ASSERT, sre_parse.ASSERT_NOT, sre_parse.GROUPREF, sre_parse.GROUPREF_EXISTS}
 
 
-def _after_any_run(nodes: list) -> list:
-    """`nodes` read after `(?s:.*)`, with a leading counted repeat X{m,n} cut to X{m}: any text
-    ending in X^k (k > m) also ends in X^m, so the search language is the same, and the subset
-    construction no longer tracks up to n overlapping counts (`[ -~]{1,1023}/$` unanchored: 15 s
-    before). Descends into groups and alternatives at the front; stops at anything else."""
+def _beside_any_runs(nodes: list) -> list:
+    """`nodes` read between `(?s:.*)` runs, with the counted repeats at both ends cut (`_cut`)."""
+    return _cut(_cut(nodes, -1), 0)
+
+
+def _cut(nodes: list, at: int) -> list:
+    """`nodes` beside a `(?s:.*)` run, with a counted repeat X{m,n} at the front (at=0) or the
+    back (at=-1) cut to X{m}: any text ending in X^k (k > m) also ends in X^m, and any text starting
+    with X^k also starts with X^m, so the search language is the same, and the subset construction
+    no longer tracks up to n overlapping counts (`[ -~]{1,1023}/$` unanchored: 15 s before, 3 ms
+    after). Descends into groups and alternatives at that end; stops at anything else."""
     if not nodes:
         return nodes
-    op, av = nodes[0]
+    i = 0 if at == 0 else len(nodes) - 1
+    op, av = nodes[i]
     if op in _PLAIN_REPEATS and av[0] < av[1] and not _contextual(av[2]):
-        return [(op, (av[0], av[0], av[2])), *nodes[1:]]
-    if op is sre_parse.SUBPATTERN:
+        node = (op, (av[0], av[0], av[2]))
+    elif op is sre_parse.SUBPATTERN:
         group, add_flags, del_flags, body = av
-        return [(op, (group, add_flags, del_flags, _after_any_run(list(body)))), *nodes[1:]]
-    if op is sre_parse.BRANCH:
-        return [(op, (av[0], [_after_any_run(list(alt)) for alt in av[1]])), *nodes[1:]]
-    return nodes
+        node = (op, (group, add_flags, del_flags, _cut(list(body), at)))
+    elif op is sre_parse.BRANCH:
+        node = (op, (av[0], [_cut(list(alt), at) for alt in av[1]]))
+    else:
+        return nodes
+    return [*nodes[:i], node, *nodes[i + 1 :]]
 
 
 def _contextual(nodes) -> bool:
