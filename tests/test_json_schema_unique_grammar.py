@@ -295,3 +295,41 @@ def test_items_with_several_spellings_are_refused_naming_unique_items(schema, op
     with pytest.raises(ConstraintError, match="uniqueItems"):
         compile_schema({"type": "array", "uniqueItems": True, **schema}, **options)
     assert compile_schema({"type": "array", "uniqueItems": True, **schema}, lenient=True, **options).accepts("[]")
+
+
+def test_budget_completion_finishes_unique_arrays_without_repeating_an_item(qwen):
+    """With few tokens left the matcher forces a short completion: inside an open unique array it is
+    found (the item texts do not multiply the search's states) and never repeats an earlier item."""
+    tok, vocab = qwen
+    schema = {"type": "array", "uniqueItems": True, "maxItems": 3, "items": TAG}
+    constraint = compile_constraint("json_schema", schema, tok)
+    matcher = constraint.matcher()
+    prefix = '[{"Key":"a","Value":""},{"Key":"a'
+    for token in tok.encode(prefix, add_special_tokens=False):
+        matcher.advance(token)
+    matcher.budget, matcher.consumed = 30, 24  # 6 tokens left: the completion is forced now
+    forced = matcher.forced_token_ids()
+    assert forced and len(forced) <= 6
+    for token in forced:
+        matcher.advance(token)
+    text = prefix + tok.decode(forced)
+    assert matcher.is_accepting() and Draft202012Validator(schema).is_valid(json.loads(text)), text
+    rng = random.Random(1)
+    for _ in range(10):  # random walks under a 12-token budget end as valid arrays
+        matcher, ids = constraint.matcher(), []
+        matcher.budget = 12
+        while len(ids) < 12 and not matcher.is_terminated():
+            forced = matcher.forced_token_ids()
+            if forced:
+                step = forced[: 12 - len(ids)]
+            else:
+                allowed = [i for i in np.flatnonzero(mask_bits(matcher.bitmask(), vocab.size)) if i < vocab.size]
+                allowed = [i for i in allowed if i not in vocab.eos_token_ids]
+                if not allowed:
+                    break
+                step = [rng.choice(allowed)]
+            for token in step:
+                matcher.advance(token)
+                ids.append(token)
+        text = tok.decode(ids)
+        assert matcher.is_accepting() and Draft202012Validator(schema).is_valid(json.loads(text)), text

@@ -69,7 +69,7 @@ class GrammarCompletion:
                 return b""
             tie = itertools.count()
             heap = [(DEPTH_WEIGHT * len(start.stack), next(tie), 0, start, b"")]
-            seen = {start}
+            seen = {_search_key(start)}
             for _ in range(MAX_EXPANSIONS):
                 if not heap:
                     return None
@@ -82,9 +82,10 @@ class GrammarCompletion:
                     if nxt is None:
                         continue
                     nxt = _no_blanks(nxt, engine)
-                    if nxt in seen:
+                    key = _search_key(nxt)
+                    if key in seen:
                         continue
-                    seen.add(nxt)
+                    seen.add(key)
                     f = g + 1 + DEPTH_WEIGHT * len(nxt.stack)
                     heapq.heappush(heap, (f, next(tie), g + 1, nxt, path + bytes([b])))
         return None
@@ -103,6 +104,13 @@ class GrammarCompletion:
             if ids and s is not None and self.engine.at_eof(s):
                 return ids
         return None
+
+
+def _search_key(state: GrammarState) -> GrammarState:
+    """`state` as the search tells states apart: without the item texts of open unique arrays,
+    which grow with every byte and would make each step inside a string a new state (the paths
+    themselves are fed with them, so a completion that repeats an item is still rejected)."""
+    return replace(state, token=b"", frames=()) if state.frames or state.token else state
 
 
 def _no_blanks(state: GrammarState, engine) -> GrammarState:
