@@ -1,6 +1,6 @@
 """End to end through the real server on the demo model (random weights: an adversarial model).
 
-64 generations (200 in the long form, SGL_LONG_TESTS=1) at temperature 1 for each of 3 regexes, 3 JSON Schemas and the json and
+64 generations (200 in the long form, SGL_LONG_TESTS=1) at temperature 1 for each of 3 regexes, 4 JSON Schemas and the json and
 arithmetic grammars, with jump-forward on (the shared server) and off (a server started with
 --disable-jump-forward): every output satisfies its constraint, checked with Python's `re`,
 `jsonschema` and lark. Budget-aware completion makes outputs end on a sentence before
@@ -40,6 +40,17 @@ SCHEMAS = [
         "additionalProperties": False,
     },
     {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 5},
+    {  # CloudFormation-style tags: unique items of several tokens each, with long strings (the grammar form)
+        "type": "array",
+        "uniqueItems": True,
+        "maxItems": 3,
+        "items": {
+            "type": "object",
+            "properties": {"Key": {"type": "string", "maxLength": 128}, "Value": {"type": "string", "maxLength": 256}},
+            "required": ["Key", "Value"],
+            "additionalProperties": False,
+        },
+    },
 ]
 GRAMMARS = ["json", "arithmetic"]
 
@@ -75,7 +86,7 @@ def test_regex_outputs_fullmatch(url, pattern):
         assert re.fullmatch(pattern, text, re.ASCII), text
 
 
-@pytest.mark.parametrize("schema", SCHEMAS, ids=["strings_array", "enum_bounds", "number_array"])
+@pytest.mark.parametrize("schema", SCHEMAS, ids=["strings_array", "enum_bounds", "number_array", "unique_tags"])
 def test_json_schema_outputs_validate(url, schema):
     for text in generate(url, "JSON:", {"json_schema": json.dumps(schema)}):
         jsonschema.validate(json.loads(text), schema)
