@@ -122,22 +122,30 @@ def test_masks_allow_exactly_the_prefixes_of_valid_arrays(schema):
         if validator.is_valid(list(a))
     ]
     constraint = wrap_built(*build_dfa("json_schema", schema, {})[:1], make_vocab(TOKENS), "json_schema")
+    assert _masks_allow_exactly(constraint, TOKENS, set(valid), steps=6) > 500
+
+
+def _masks_allow_exactly(constraint, tokens: list, valid: set, steps: int, frontier_cap: int | None = None) -> int:
+    """Walk every allowed token sequence (the first `frontier_cap` texts per step) for `steps` steps,
+    asserting each mask allows exactly the tokens that keep the text a prefix of a `valid` text
+    and EOS exactly on a valid one; the number of token decisions checked."""
+    prefixes = {v[:k] for v in valid for k in range(len(v) + 1)}
     frontier, checked = [("", constraint.matcher())], 0
-    for _ in range(6):
+    for _ in range(steps):
         nxt = []
         for text, matcher in frontier:
-            bits = mask_bits(matcher.bitmask(), len(TOKENS) + 1)
-            for i, token in enumerate(TOKENS):
-                expected = any(v.startswith(text + token) for v in valid)
+            bits = mask_bits(matcher.bitmask(), len(tokens) + 1)
+            for i, token in enumerate(tokens):
+                expected = (text + token) in prefixes
                 assert bool(bits[i]) == expected, (text, token)
                 checked += 1
                 if expected:
                     child = matcher.copy()
                     child.advance(i)
                     nxt.append((text + token, child))
-            assert bool(bits[len(TOKENS)]) == (text in valid), text
-        frontier = nxt
-    assert checked > 500
+            assert bool(bits[len(tokens)]) == (text in valid), text
+        frontier = nxt[:frontier_cap]
+    return checked
 
 
 # Items of several tokens (objects whose strings have long length bounds, so the grammar form):
@@ -181,24 +189,8 @@ def test_masks_of_items_spanning_several_tokens_allow_exactly_valid_prefixes(min
         for n in range(min_items, 5)
         for a in itertools.permutations(words, n)
     }
-    prefixes = {v[:k] for v in valid for k in range(len(v) + 1)}
     constraint = built.constraint(make_vocab(TAG_TOKENS))
-    frontier, checked = [("", constraint.matcher())], 0
-    for _ in range(9):
-        nxt = []
-        for text, matcher in frontier:
-            bits = mask_bits(matcher.bitmask(), len(TAG_TOKENS) + 1)
-            for i, token in enumerate(TAG_TOKENS):
-                expected = (text + token) in prefixes
-                assert bool(bits[i]) == expected, (text, token)
-                checked += 1
-                if expected:
-                    child = matcher.copy()
-                    child.advance(i)
-                    nxt.append((text + token, child))
-            assert bool(bits[len(TAG_TOKENS)]) == (text in valid), text
-        frontier = nxt[:400]
-    assert checked > 1000
+    assert _masks_allow_exactly(constraint, TAG_TOKENS, valid, steps=9, frontier_cap=400) > 1000
 
 
 @pytest.fixture(scope="module")
