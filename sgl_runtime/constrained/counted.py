@@ -52,17 +52,6 @@ class CountedDFA:
         """The uncounted byte table (ByteDFA's name for it)."""
         return self.table
 
-    def after(self, prefix: bytes) -> "CountedDFA":
-        """The same language with `prefix` (uncounted) before every text."""
-        k, m = len(prefix), self.table.shape[0]
-        table = np.full((k + m, 256), -1, dtype=np.int32)
-        table[k:] = np.where(self.table >= 0, self.table + k, -1)
-        for i, byte in enumerate(prefix):
-            table[i, byte] = i + 1 if i + 1 < k else self.initial + k
-        counted = np.concatenate([np.zeros((k, 256), dtype=bool), self.counted])
-        accepting = np.concatenate([np.zeros(k, dtype=bool), self.accepting])
-        return CountedDFA(table, counted, 0 if k else self.initial, accepting, self.lo, self.hi)
-
     def is_empty(self) -> bool:
         return not self.live(self.initial, 0)
 

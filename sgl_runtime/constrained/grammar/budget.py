@@ -69,7 +69,7 @@ class GrammarCompletion:
                 return b""
             tie = itertools.count()
             heap = [(DEPTH_WEIGHT * len(start.stack), next(tie), 0, start, b"")]
-            seen = {_search_key(start)}
+            seen = {start.bare()}  # item texts grow with every byte: not told apart here
             for _ in range(MAX_EXPANSIONS):
                 if not heap:
                     return None
@@ -82,7 +82,7 @@ class GrammarCompletion:
                     if nxt is None:
                         continue
                     nxt = _no_blanks(nxt, engine)
-                    key = _search_key(nxt)
+                    key = nxt.bare()  # the path itself is fed with them: a repeated item is still rejected
                     if key in seen:
                         continue
                     seen.add(key)
@@ -104,13 +104,6 @@ class GrammarCompletion:
             if ids and s is not None and self.engine.at_eof(s):
                 return ids
         return None
-
-
-def _search_key(state: GrammarState) -> GrammarState:
-    """`state` as the search tells states apart: without the item texts of open unique arrays,
-    which grow with every byte and would make each step inside a string a new state (the paths
-    themselves are fed with them, so a completion that repeats an item is still rejected)."""
-    return replace(state, token=b"", frames=()) if state.frames or state.token else state
 
 
 def _no_blanks(state: GrammarState, engine) -> GrammarState:

@@ -94,7 +94,7 @@ class GrammarConstraint(Constraint):
         """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
         with self._lock:
             repeats = bool(state.frames)  # inside a unique array: the exact state (items seen, item text)
-            key = state if repeats else self.masks.canonical(_without_frames(state))
+            key = state if repeats else self.masks.canonical(state.bare())
             mask = self._cache.get(key)
             if mask is not None:
                 self._cache.move_to_end(key)
@@ -151,7 +151,7 @@ class GrammarConstraint(Constraint):
                 if data and (b"," in data or b"]" in data):
                     flags[i] = True
             self._delimiters = flags
-        rows = self.masks.closing_rows(_without_frames(state))
+        rows = self.masks.closing_rows(state.bare())
         return rows[self._delimiters[rows]].tolist()
 
     def _warm_up(self, seconds: float) -> None:
@@ -283,10 +283,3 @@ class GrammarMatcher(Matcher):
 def _set_bits(mask: np.ndarray, ids: np.ndarray) -> None:
     for i in ids.tolist():
         mask[i // 32] |= np.uint32(1 << (i % 32)).view(np.int32)
-
-
-def _without_frames(state: GrammarState) -> GrammarState:
-    """`state` without its unique-array bookkeeping (which masks before repeats do not read)."""
-    if not state.frames and not state.token:
-        return state
-    return GrammarState(state.stack, state.ignored, state.lex, state.tail)

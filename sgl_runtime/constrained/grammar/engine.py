@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from lark.lexer import UnlessCallback
@@ -43,6 +43,11 @@ class GrammarState:
     tail: bytes
     token: bytes = b""  # the current token's bytes, kept while a unique array is open
     frames: tuple = ()  # per open unique array, outermost first: (items seen, text of the item being read or None)
+
+    def bare(self) -> "GrammarState":
+        """This state without its unique-array bookkeeping (`token`, `frames`), which the lexer
+        and parser, and so the masks before repeats are checked, do not read."""
+        return replace(self, token=b"", frames=()) if self.frames or self.token else self
 
 
 class GrammarEngine:

@@ -10,7 +10,6 @@ closed types it accepts (and the stack to continue the closed groups' remainders
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import threading
 import weakref
@@ -67,33 +66,6 @@ class TokenTable:
         bounds = self._first_bounds
         parts = [self._by_first[bounds[b] : bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    def ids_with_prefix(self, prefix: bytes) -> list[int]:
-        """Ids of the tokens whose bytes start with `prefix` (non-empty)."""
-        with self._shared_lock:
-            if not hasattr(self, "_sorted"):
-                pairs = sorted((b, i) for i, b in enumerate(self.token_bytes) if b)
-                self._sorted = ([b for b, _ in pairs], [i for _, i in pairs])
-        keys, ids = self._sorted
-        lo = bisect.bisect_left(keys, prefix)
-        hi = lo
-        while hi < len(keys) and keys[hi].startswith(prefix):
-            hi += 1
-        return ids[lo:hi]
-
-    def ids_containing(self, pieces: frozenset) -> list[int]:
-        """Ids of the tokens that contain one of the two-byte strings `pieces` (cached per set)."""
-        with self._shared_lock:
-            cache = self.__dict__.setdefault("_containing", {})
-            if pieces not in cache:
-                flat, hits = self.flat, np.zeros(len(self.flat), dtype=bool)
-                for piece in pieces:
-                    hits[:-1] |= (flat[:-1] == piece[0]) & (flat[1:] == piece[1])
-                at = np.flatnonzero(hits)
-                owner = np.searchsorted(self.starts, at, side="right") - 1  # the token holding each hit
-                inside = at + 1 < self.starts[owner] + self.lens[owner]  # both bytes in that token
-                cache[pieces] = np.unique(owner[inside]).tolist()
-            return cache[pieces]
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
         """Packed int32 bitmask [num_words] with the bits of `ids` set."""

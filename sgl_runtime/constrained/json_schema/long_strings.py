@@ -90,16 +90,16 @@ def has_long_strings(schema, above: int = COUNTED_ABOVE) -> bool:
     return False
 
 
-def holds_long_string(b, schema, depth: int = 0, patterned: bool = False) -> bool:
+def holds_long_string(b, schema, depth: int = 0) -> bool:
     """Whether `schema` is an object or array with only keywords the grammar form's rules take
     (`_CONTAINER`: the object keywords, and items, minItems, maxItems,
-    uniqueItems) and a long string (with a `pattern` if `patterned`) sits in it: its rules then
+    uniqueItems) and a long string sits in it: its rules then
     keep that string counted, not one flat automaton."""
     if not isinstance(schema, dict) or depth > 8 or set(schema) & _NOT_RULES:
         return False
     if "$ref" in schema:
         target = b.shapes.target(schema)
-        return not set(schema) & _CONTAINER and holds_long_string(b, target, depth + 1, patterned)
+        return not set(schema) & _CONTAINER and holds_long_string(b, target, depth + 1)
     properties = schema.get("properties", {})
     subs = list(properties.values()) if isinstance(properties, dict) else []
     patterns = schema.get("patternProperties", {})
@@ -107,9 +107,7 @@ def holds_long_string(b, schema, depth: int = 0, patterned: bool = False) -> boo
     subs += [schema[k] for k in ("additionalProperties", "items") if k in schema]
     for sub in subs:
         found = _long_string(b, sub, frozenset({SCALAR}))
-        if (found is not None and (found[3] is not None or not patterned)) or holds_long_string(
-            b, sub, depth + 1, patterned
-        ):
+        if found is not None or holds_long_string(b, sub, depth + 1):
             return True
     return False
 
