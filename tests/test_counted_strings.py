@@ -94,6 +94,63 @@ def test_huge_and_unbounded_counts_follow_the_period_of_the_count_sets():
     assert slot.label[slot.trans[q][ord('"')]] == 1
 
 
+def _same_for(slot: CountedSlot, q: int, r: int, depth: int, alphabet) -> bool:
+    """Whether every path of at most `depth` bytes from q and from r meets the same labels and dies alike."""
+    layer = {(q, r)}
+    for _ in range(depth):
+        nxt = set()
+        for a, b in layer:
+            for byte in alphabet:
+                x, y = slot.trans[a][byte], slot.trans[b][byte]
+                if (x >= 0) != (y >= 0) or (x >= 0 and slot.label[x] != slot.label[y]):
+                    return False
+                if x >= 0:
+                    nxt.add((x, y))
+        layer = nxt
+    return True
+
+
+def test_representative_counts_behave_like_theirs_for_horizon_bytes():
+    """CountedSlot.representative's contract on random counted automata (odd periods, counts whose
+    phase the automaton state does not carry, bounds close together): the next `horizon` bytes from a
+    state and from its representative meet the same labels and deaths."""
+    rng = np.random.default_rng(1)
+    merged = periodic = 0
+    for trial in range(60):
+        m = int(rng.integers(2, 6))
+        table = rng.integers(-1, m, size=(m, 256)).astype(np.int32)
+        table[:, 3:] = -1
+        counted = rng.random((m, 256)) < 0.6
+        if trial % 2:  # a counted cycle entered with or without a count: its phase is not in the state
+            m = int(rng.integers(3, 7))
+            table = np.full((m, 256), -1, dtype=np.int32)
+            counted = np.ones((m, 256), dtype=bool)
+            table[1:, 0] = np.arange(2, m + 1) % m + (np.arange(2, m + 1) == m)  # 1 -> 2 -> ... -> m-1 -> 1
+            table[0, :2], counted[0, 1] = 1, False
+            accepting = np.zeros(m, dtype=bool)
+            accepting[rng.choice(np.arange(1, m), size=int(rng.integers(1, m - 1)), replace=False)] = True
+        accepting = rng.random(m) < 0.5
+        lo = int(rng.integers(12, 30))
+        hi = [None, lo + int(rng.integers(0, 3)), lo + 40][trial % 3]
+        dfa = CountedDFA(table, counted, 0, accepting, lo, hi)
+        if dfa.is_empty():
+            continue
+        slot, horizon = CountedSlot(dfa, token_type=1), int(rng.integers(1, 5))
+        periodic += dfa.period is not None and dfa.period[1] > 1
+        seen, todo = {slot.initial}, [slot.initial]
+        while todo:
+            q = todo.pop()
+            rep = slot.representative(q, horizon)
+            merged += rep != q
+            assert _same_for(slot, q, rep, horizon, range(3)), (trial, slot._keys[q], slot._keys[rep])
+            for byte in range(3):
+                t = slot.trans[q][byte]
+                if t >= 0 and t not in seen and slot._keys[t][1] <= (lo + 12 if hi is None else hi):
+                    seen.add(t)
+                    todo.append(t)
+    assert merged > 100 and periodic > 10
+
+
 def test_count_levels_against_brute_force():
     rng = np.random.default_rng(0)
     for trial in range(30):
@@ -249,7 +306,8 @@ def test_unique_arrays_of_long_strings_use_counted_item_terminals():
 def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(monkeypatch):
     """Two shortcuts of the mask walk inside long strings, checked against walking every Qwen2.5
     token from the exact state: one count standing for the counts no token can tell apart
-    (LexerContext.representative), and one token per byte-class sequence (token_classes.py)."""
+    (LexerContext.representative: past minLength, and below it), and one token per byte-class
+    sequence (token_classes.py)."""
     from sgl_runtime.constrained.compiler import compile_constraint
     from sgl_runtime.constrained.grammar import lexer, walk
     from sgl_runtime.constrained.grammar.token_classes import TokenClasses
@@ -261,11 +319,14 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
         "properties": {
             "s": {"type": "string", "maxLength": 400},
             "t": {"type": "string", "pattern": "^[a-z ]*$", "minLength": 3, "maxLength": 200},
+            "u": {"type": "string", "minLength": 200},  # counts far below minLength share a mask
+            "v": {"type": "string", "pattern": "^(xy)*$", "minLength": 201},  # ... by their parity here
         },
-        "required": ["s", "t"],
+        "required": ["s", "t", "u", "v"],
         "additionalProperties": False,
     }
-    text = json.dumps({"s": 'h\u00e9llo w\\orld \n\t"q" ' * 8, "t": "abc def " * 8}, ensure_ascii=False)
+    value = {"s": 'h\u00e9llo w\\orld \n\t"q" ' * 8, "t": "abc def " * 8, "u": "lorem ipsum " * 20, "v": "xy" * 110}
+    text = json.dumps(value, ensure_ascii=False)
     ids = tok.encode(text.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
 
     def masks():

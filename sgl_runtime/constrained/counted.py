@@ -162,12 +162,23 @@ class CountedSlot:
 
     def representative(self, q: int, horizon: int) -> int:
         """A state that every path of at most `horizon` bytes from `q` follows alike (same events,
-        same liveness): (state, lo) for a count past lo whose slack below hi covers `horizon`
-        counted characters plus the longest completion, so the masks of most positions of a long
-        string are one mask."""
+        same liveness), so the masks of most positions of a long string are one mask:
+        - past lo, (state, lo) for a count whose slack below hi covers `horizon` counted characters
+          plus the longest completion;
+        - below lo, (state, count mod period) for a count that `horizon` characters cannot carry
+          to lo nor into the levels before their cycle: what lies ahead of such a count depends on
+          it only through the cycle of the levels (CountedDFA.first_level), e.g. a minLength of
+          1,000 is one mask until the last `horizon` characters before it."""
         state, count = self._keys[q]
         d = self.dfa
-        if d.hi is None or count <= d.lo or count + horizon + d.longest_completion() > d.hi:
+        if count < d.lo:
+            if d.period is None:
+                return q
+            start, size = d.period
+            if count + horizon + max(start, 1) > d.lo or count < size:
+                return q
+            return self._intern(state, count % size)
+        if d.hi is None or count == d.lo or count + horizon + d.longest_completion() > d.hi:
             return q
         return self._intern(state, d.lo)
 
