@@ -306,8 +306,9 @@ def test_unique_arrays_of_long_strings_use_counted_item_terminals():
 def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(monkeypatch):
     """Two shortcuts of the mask walk inside long strings, checked against walking every Qwen2.5
     token from the exact state: one count standing for the counts no token can tell apart
-    (LexerContext.representative: past minLength, and below it), and one token per byte-class
-    sequence (token_classes.py)."""
+    (LexerContext.representative: past minLength, and below it), near maxLength the mask of a
+    count far from it less the tokens too long for what is left (LexerContext.cut), and one token
+    per byte-class sequence (token_classes.py)."""
     from sgl_runtime.constrained.compiler import compile_constraint
     from sgl_runtime.constrained.grammar import lexer, walk
     from sgl_runtime.constrained.grammar.token_classes import TokenClasses
@@ -325,7 +326,7 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
         "required": ["s", "t", "u", "v"],
         "additionalProperties": False,
     }
-    value = {"s": 'h\u00e9llo w\\orld \n\t"q" ' * 8, "t": "abc def " * 8, "u": "lorem ipsum " * 20, "v": "xy" * 110}
+    value = {"s": 'h\u00e9llo w\\orld \n\t"q" ' * 20, "t": "abc def " * 24, "u": "lorem ipsum " * 20, "v": "xy" * 110}
     text = json.dumps(value, ensure_ascii=False)
     ids = tok.encode(text.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
 
@@ -340,8 +341,10 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
     monkeypatch.setattr(walk, "GROUP_AFTER_RUNS", 0)  # group every context's tokens at once
     shared, constraint = masks()
     assert any(isinstance(c, TokenClasses) for c in constraint.masks._classes.values())
+    assert constraint.masks._needs  # some masks near maxLength were cut from the mask far from it
     monkeypatch.setattr(walk, "MAX_GROUPED_CLASSES", 0)
     monkeypatch.setattr(lexer.LexerContext, "representative", lambda self, state, horizon: state)
+    monkeypatch.setattr(lexer.LexerContext, "cut", lambda self, state: None)
     exact, _ = masks()
     assert len(shared) == len(exact) > 60
     for i, (a, b) in enumerate(zip(shared, exact)):

@@ -159,6 +159,7 @@ class CountedSlot:
         self.label = _Lookup(self._label)
         self.live = _Lookup(lambda q: any(t >= 0 for t in self._row(q)))
         self.columns = np.concatenate([dfa.table, dfa.counted.astype(np.int32)])  # bytes alike in both
+        self._accepts_last = not (dfa.table[dfa.accepting] >= 0).any()  # accepting states end the slot
 
     def representative(self, q: int, horizon: int) -> int:
         """A state that every path of at most `horizon` bytes from `q` follows alike (same events,
@@ -181,6 +182,44 @@ class CountedSlot:
         if d.hi is None or count == d.lo or count + horizon + d.longest_completion() > d.hi:
             return q
         return self._intern(state, d.lo)
+
+    def cut(self, q: int) -> Optional[tuple]:
+        """(base, state, slack) when `q` is (state, count) past lo with an upper bound whose paths
+        behave as the base's, (state, lo), except that a path dies once it needs more than `slack`
+        (hi - count) counted transitions: past lo a pair (s, c) is live iff first_level(s, 0) <=
+        hi - c (`needs` below). Only where accepting states end the slot (a JSON string's closing
+        quote), so no path can fall back to an earlier accept. None elsewhere."""
+        state, count = self._keys[q]
+        d = self.dfa
+        if d.hi is None or count <= d.lo or not self._accepts_last:
+            return None
+        return self._intern(state, d.lo), state, d.hi - count
+
+    def needs(self, state: int, table) -> np.ndarray:
+        """int64 [tokens]: per token of `table` (walk.TokenTable), the most counted transitions
+        that some prefix of it read from `state` needs to stay live, max over its bytes inside the
+        slot of (count so far + first_level(state there, 0)); a token is live from (state, c) past
+        lo iff its need is at most hi - c."""
+        d = self.dfa
+        first = np.array([_or(d.first_level(s, 0), 1 << 40) for s in range(d.table.shape[0])], dtype=np.int64)
+        need = np.zeros(table.size, dtype=np.int64)
+        rows = table.all_rows
+        need[rows] = first[state]
+        st = np.full(len(rows), state, dtype=np.int64)
+        got = np.zeros(len(rows), dtype=np.int64)
+        j = 0
+        while rows.size:
+            more = table.lens[rows] > j
+            rows, st, got = rows[more], st[more], got[more]
+            byte = table.flat[table.starts[rows] + j]
+            nxt = d.table[st, byte]
+            on = nxt >= 0
+            rows, st, got, byte, nxt = rows[on], st[on], got[on], byte[on], nxt[on]
+            got = got + d.counted[st, byte]
+            st = nxt.astype(np.int64)
+            need[rows] = np.maximum(need[rows], got + first[st])
+            j += 1
+        return need
 
     def reach_bits(self, q: int) -> int:
         """The token types some continuation from `q` closes with (every state is live)."""
@@ -220,6 +259,10 @@ class CountedSlot:
             if d.live(nxt, total):
                 row[codes == code] = self._intern(nxt, total)
         return row.tolist()
+
+
+def _or(value: Optional[int], default: int) -> int:
+    return default if value is None else value
 
 
 class _Lookup:

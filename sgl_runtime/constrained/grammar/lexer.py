@@ -103,6 +103,23 @@ class LexerContext:
         q = self.slots[i].representative(key[i], horizon)
         return state if q == key[i] else self._intern((*key[:i], q, *key[i + 1 :]))
 
+    def cut(self, state: int) -> tuple | None:
+        """(base, slot, slot's automaton state, slack) where a lone counted slot's count is past
+        its lower bound (CountedSlot.cut): `state` masks as `base` less the tokens whose need
+        from that automaton state exceeds `slack`. None elsewhere."""
+        if not self._counted:
+            return None
+        key = self._keys[state]
+        alive = [i for i, q in enumerate(key[: self.n]) if q >= 0]
+        if key[self.n] >= 0 or len(alive) != 1 or not hasattr(self.slots[alive[0]], "cut"):
+            return None
+        i = alive[0]
+        found = self.slots[i].cut(key[i])
+        if found is None:
+            return None
+        q, dfa_state, slack = found
+        return self._intern((*key[:i], q, *key[i + 1 :])), i, dfa_state, slack
+
     def slot_state(self, state: int, slot: int) -> int:
         """The DFA state of `slot` in product state `state` (-1: that slot has died)."""
         return self._keys[state][slot]

@@ -27,6 +27,7 @@ PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
 GROUP_AFTER_RUNS = 8  # full runs of a context before its tokens are grouped (a build costs about 3 runs)
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
+NEEDS_KEPT = 32  # per-token needs kept of counted slots' automaton states (each 2 bytes per token)
 
 
 class TokenTable:
@@ -211,6 +212,7 @@ class MaskBuilder:
         self._masks: OrderedDict = OrderedDict()
         self._horizon = int(table.lens.max(initial=0))  # the most bytes one row pushes
         self._classes: dict = {}  # id(context) -> TokenClasses, None, or the number of full runs so far
+        self._needs: OrderedDict = OrderedDict()  # (id(slot), automaton state) -> uint16 [vocab] (CountedSlot.needs)
 
     def canonical(self, state: GrammarState) -> GrammarState:
         """A state with the same mask: inside a long string, one count stands for all the counts
@@ -225,6 +227,9 @@ class MaskBuilder:
     def mask(self, state: GrammarState) -> np.ndarray:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
         state = self.canonical(state)
+        cut = self._cut_mask(state)
+        if cut is not None:
+            return cut
         ids: list = []
         packed: list = []
         self._collect(state, ("all",), None, None, ids, packed)
@@ -273,6 +278,31 @@ class MaskBuilder:
                 packed.append(self._state_mask(nxt) & g.packed)
             else:
                 self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
+
+    def _cut_mask(self, state: GrammarState) -> Optional[np.ndarray]:
+        """Near the upper bound of a long string (LexerContext.cut): the mask of the same position
+        at the lower bound, less the tokens that need more characters than are left. Each count
+        there would otherwise be a new state, walked through the whole vocabulary."""
+        if state.tail or not self.engine.has_counted:
+            return None
+        ctx = self.engine.context(state.stack)
+        found = ctx.cut(state.lex)
+        if found is None:
+            return None
+        base, slot, q, slack = found
+        if slack >= np.iinfo(np.uint16).max:
+            return None  # beyond the needs kept (a completion of 65,535 characters)
+        key = (id(ctx.slots[slot]), q)
+        needs = self._needs.get(key)
+        if needs is None:
+            raw = ctx.slots[slot].needs(q, self.table)
+            needs = self._needs[key] = np.minimum(raw, np.iinfo(np.uint16).max).astype(np.uint16)
+            if len(self._needs) > NEEDS_KEPT:
+                self._needs.popitem(last=False)
+        else:
+            self._needs.move_to_end(key)
+        mask = self._state_mask(GrammarState(state.stack, state.ignored, base, b"", state.token, state.frames))
+        return mask & ~self.table.pack(np.flatnonzero(needs > slack))
 
     def _state_mask(self, state: GrammarState) -> np.ndarray:
         """`mask(state)`, cached per state (whole-token groups of many parents share it)."""
