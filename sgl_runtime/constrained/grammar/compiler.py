@@ -59,12 +59,13 @@ class GrammarConstraint(Constraint):
         terminal_dfas: Optional[dict] = None,
         default_reductions: bool = False,
         unique_rules: Optional[dict] = None,
+        parser=None,
     ) -> None:
         """terminal_dfas, default_reductions, unique_rules: see GrammarEngine (used by JSON
-        Schema grammars)."""
+        Schema grammars); parser: `spec`'s lark parser when already built."""
         self.spec = spec
         self.vocabulary = vocabulary
-        self.lark = build_parser(spec, syntax, start, placeholders=terminal_dfas is not None)
+        self.lark = parser or build_parser(spec, syntax, start, placeholders=terminal_dfas is not None)
         self.engine = GrammarEngine(
             self.lark, start, max_ignore_bytes, max_ignored_run, terminal_dfas, default_reductions, unique_rules
         )

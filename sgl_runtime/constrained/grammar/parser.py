@@ -32,14 +32,14 @@ class LalrStacks:
         self.states = table.states  # {state: {symbol: (action, arg)}}
         self.start = start
         self.end_state = table.end_states[start]
-        self._uniform: dict = {}
+        self.uniform: dict = {}  # state -> the reduction it makes on any lookahead (default_reductions)
         if default_reductions:
             for state, row in self.states.items():
                 actions = {id(arg) for kind, arg in row.values() if kind is not Shift}
                 if row and len(actions) == 1 and all(kind is not Shift for kind, _ in row.values()):
                     rule = next(iter(row.values()))[1]
                     if rule.origin.name != start:
-                        self._uniform[state] = rule
+                        self.uniform[state] = rule
         self.initial: Stack = self._settle([table.start_states[start]])
         self._accepted: OrderedDict = OrderedDict()
         self._cache_size = cache_size
@@ -79,7 +79,7 @@ class LalrStacks:
 
     def _settle(self, st: list, marks: Optional[dict] = None, events: Optional[list] = None) -> Stack:
         """Apply the default reductions (none unless enabled) to the stack list `st`."""
-        states, uniform = self.states, self._uniform
+        states, uniform = self.states, self.uniform
         rule = uniform.get(st[-1])
         while rule is not None:
             size = len(rule.expansion)

@@ -79,14 +79,15 @@ def build_parser(
     return build_gbnf_parser(text)
 
 
-def build_lark(text: str, start: str = "start", placeholders: bool = False) -> lark.Lark:
+def build_lark(text: str, start: str = "start", placeholders: bool = False, strict: bool = False) -> lark.Lark:
     """An LALR parser with lark's contextual lexer (the reference every mask is exact against).
     placeholders: every terminal stands for an automaton given to the engine (a JSON Schema's
     grammar form), so lark's own checks of terminal regexes (their overlaps, found with
-    interegular per lexer context) are skipped; the engine checks what it runs."""
+    interegular per lexer context) are skipped; the engine checks what it runs. strict: an LALR(1)
+    conflict is an error (lark otherwise resolves shift/reduce conflicts as shift)."""
     plugins = {"ContextualLexer": _PlaceholderLexer} if placeholders else {}
     try:
-        parser = lark.Lark(text, parser="lalr", lexer="contextual", start=start, _plugins=plugins)
+        parser = lark.Lark(text, parser="lalr", lexer="contextual", start=start, strict=strict, _plugins=plugins)
     except LarkError as exc:
         raise ConstraintError(f"invalid lark grammar: {exc}") from None
     except (ValueError, KeyError, AssertionError, RecursionError) as exc:

@@ -7,13 +7,15 @@ automaton is exact (no free-form value, no recursive `$ref`: `shapes.closed`) an
 terminal of the grammar, its byte DFA injected as that terminal's automaton; objects, arrays,
 `$ref` recursion and free-form values that are not become rules. A value position offers at
 most one symbol per category (object, array, scalar), so terminals that could start there are
-disjoint; object keys are tokens `"key":` (with the comma before them after the first member),
+disjoint, except for anyOf/oneOf over object alternatives (object_union.py), whose grammar
+`build` checks; object keys are tokens `"key":` (with the comma before them after the first member),
 declared keys and the other keys of one object disjoint. The engine runs the grammar with default
 reductions (grammar/parser.py), so each token is lexed with the terminals of its own position only.
 
 What the grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
 in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*)
-that combine several constraints on objects or arrays too large for one automaton,
+that combine several constraints on objects or arrays too large for one automaton (object
+alternatives of anyOf/oneOf the parser can tell apart excepted),
 `contains`, `uniqueItems` (ignored with lenient=True) and `$dynamicRef` there.
 """
 
@@ -99,6 +101,7 @@ class GrammarBuilder:
         self._typeless: dict = {}
         self._all_of: dict = {}
         self._count = 0
+        self.unions: list[str] = []  # anyOf/oneOf united as rules (object_union.py): build checks the grammar
 
     # ------------------------------------------------------------------ output
     def build(self, schema) -> SchemaGrammar:
@@ -110,7 +113,10 @@ class GrammarBuilder:
         lines = [f"start: {root}"]
         lines += [f"{name}: " + " | ".join(" ".join(alt) for alt in alts) for name, alts in self.rules.items()]
         lines += [f'{name}: "<{name}>"' for name in self.terminals]
-        return SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals), dict(self.unique))
+        grammar = SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals), dict(self.unique))
+        if self.unions:
+            grammar.check(self.unions)
+        return grammar
 
     def name(self, prefix: str) -> str:
         self._count += 1
@@ -320,9 +326,13 @@ class GrammarBuilder:
                 leaf = self.leaf(self.shapes.keep({part: branches}), cats)
                 if leaf is not _NOFLAT:
                     return leaf
+            if c == OBJECT:
+                from sgl_runtime.constrained.json_schema.object_union import object_union
+
+                return object_union(self, part, branches)
             raise ConstraintError(
                 f"{part}: {len(branches)} alternatives allow {c}s and are too large to merge into one automaton "
-                "(the grammar form needs at most one alternative per JSON type)"
+                "(the grammar form unites object alternatives only)"
             )
         if part in DYNAMIC:
             raise ConstraintError(f"{part}: not supported where the schema needs the grammar form")

@@ -4,7 +4,7 @@
 - a schema whose flat automaton is exact (`shapes.closed`: no free-form value, no recursive
   `$ref`) compiles flat, unless that exceeds its work budget: then the grammar form;
 - any other schema compiles to the grammar form, exact at any depth; where the grammar form
-  refuses a keyword (e.g. `oneOf` over several large object alternatives, not a size limit), the
+  refuses a keyword (e.g. `oneOf` over object alternatives it cannot tell apart, not a size limit), the
   flat automaton with its documented bounds (`max_nesting_depth`, `max_recursion_depth`) is used
   if it compiles;
 - `uniqueItems` that the automaton cannot enforce (items of an infinite domain) takes the grammar

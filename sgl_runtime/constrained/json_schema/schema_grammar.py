@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgl_runtime.constrained.errors import ConstraintError
+
 
 @dataclass
 class SchemaGrammar:
@@ -33,8 +35,32 @@ class SchemaGrammar:
             terminal_dfas=self.terminals,
             default_reductions=True,
             unique_rules=self.unique,
+            parser=None if self._engine is None else self._engine.lark,  # built by `check`
             **options,
         )
+
+    def check(self, unions: list) -> None:
+        """ConstraintError unless the grammar is LALR(1) without conflicts and each parser state's
+        terminals lex one way only (grammar/prefix_free.py): what uniting the rules of several
+        alternatives (`unions`, their keywords) needs to stay exact."""
+        from sgl_runtime.constrained.grammar.engine import GrammarEngine
+        from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free
+        from sgl_runtime.constrained.grammar.source import build_lark
+
+        kinds = "/".join(sorted(set(unions)))
+        try:
+            parser = build_lark(self.text, placeholders=True, strict=True)
+            engine = GrammarEngine(
+                parser, terminal_dfas=self.terminals, default_reductions=True, unique_rules=self.unique
+            )
+            check_prefix_free(engine.parser, self.terminals)
+        except ConstraintError as exc:
+            detail = "an LALR(1) conflict" if "invalid lark grammar" in str(exc) else str(exc)
+            raise ConstraintError(
+                f"{kinds}: the grammar form cannot tell the alternatives that allow objects apart token by token "
+                f"({detail.splitlines()[0][:200]})"
+            ) from None
+        self._engine = engine
 
     def engine(self):
         if self._engine is None:

@@ -1,0 +1,73 @@
+"""Whether every lexer context of a placeholder grammar lexes one way only.
+
+The engine's contextual lexer (lexer.py) gives a position to the first terminal of its parser
+state that matches, so two terminals of one state where a string of one is a prefix of (or
+equal to) a string of the other would hide one of them: text that only the hidden one leads to
+would be rejected. Grammars built so that such terminals never meet need no check; one that
+unites rules of several schemas (json_schema/object_union.py) is checked here, together with
+lark's strict LALR(1) table, before it is used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgl_runtime.constrained.counted import closure_back
+from sgl_runtime.constrained.errors import ConstraintError
+
+MAX_PAIRS = 20_000  # state pairs one terminal pair may visit before it counts as overlapping
+
+
+def check_prefix_free(stacks, terminal_dfas: dict) -> None:
+    """ConstraintError naming two terminals of one parser state where a string of one is a prefix
+    of a string of the other. `stacks`: the grammar's LalrStacks (with default reductions, only
+    the states it lexes in, those that shift, are checked); `terminal_dfas`: each terminal's
+    automaton (ByteDFA, or a CountedDFA read without its count: a superset)."""
+    live: dict = {}
+    decided: dict = {}
+    for state, row in stacks.states.items():
+        if state in stacks.uniform:
+            continue  # reduced at once after a shift: never the state a token is lexed in
+        names = sorted(t for t in row if t.isupper() and t != "$END" and t in terminal_dfas)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if (a, b) not in decided:
+                    decided[(a, b)] = _overlap(terminal_dfas[a], terminal_dfas[b], live, a, b)
+                if decided[(a, b)]:
+                    raise ConstraintError(
+                        f"grammar: terminals {a} and {b} may start at the same position and one's text can begin "
+                        "the other's, so the lexer could not tell them apart"
+                    )
+
+
+def _overlap(dfa_a, dfa_b, live: dict, name_a: str, name_b: str) -> bool:
+    """Whether some string of one automaton is a prefix of some string of the other."""
+    ta, tb = dfa_a.transitions, dfa_b.transitions
+    la, lb = _live(dfa_a, live, name_a), _live(dfa_b, live, name_b)
+    start = (dfa_a.initial, dfa_b.initial)
+    if not (la[start[0]] and lb[start[1]]):
+        return False
+    seen, todo = {start}, [start]
+    while todo:
+        a, b = todo.pop()
+        if dfa_a.accepting[a] or dfa_b.accepting[b]:
+            return True  # both live here: one has ended where the other goes on (or ends too)
+        na, nb = ta[a], tb[b]
+        both = (na >= 0) & (nb >= 0)
+        both[both] = la[na[both]] & lb[nb[both]]
+        for pair in set(zip(na[both].tolist(), nb[both].tolist())):
+            if pair not in seen:
+                if len(seen) >= MAX_PAIRS:
+                    return True  # too large to decide: refuse rather than guess
+                seen.add(pair)
+                todo.append(pair)
+    return False
+
+
+def _live(dfa, cache: dict, name: str) -> np.ndarray:
+    """bool [states]: the states from which an accepting state is reachable."""
+    if name not in cache:
+        table = dfa.transitions
+        src, byte = np.nonzero(table >= 0)
+        cache[name] = closure_back(np.asarray(dfa.accepting, dtype=bool).copy(), src, table[src, byte].astype(np.int64))
+    return cache[name]

@@ -1,0 +1,200 @@
+"""anyOf / oneOf over several object alternatives in the grammar form (object_union.py): the
+language agrees with jsonschema on recursive condition trees and on discriminated unions with
+free-form payloads, sampling through the Qwen2.5 vocabulary only yields valid instances, and
+what the grammar form cannot keep exact (overlapping oneOf alternatives, alternatives the parser
+or the lexer cannot tell apart) is refused naming the keyword."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from jsonschema import Draft202012Validator
+from tiny_vocab import mask_bits
+
+from sgl_runtime.constrained import compile_constraint
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.language import compile_schema, schema_to_grammar
+from sgl_runtime.constrained.json_schema.schema_grammar import SchemaGrammar
+from sgl_runtime.constrained.vocabulary import Vocabulary
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+
+def _tree(part: str) -> dict:
+    def node(key, value):
+        return {"type": "object", "additionalProperties": False, "properties": {key: value}, "required": [key]}
+
+    conds = {"type": "array", "items": {"$ref": "#/$defs/cond"}, "maxItems": 3}
+    return {
+        "$defs": {
+            "cond": {
+                part: [
+                    {"$ref": "#/$defs/and"},
+                    {"$ref": "#/$defs/or"},
+                    {"$ref": "#/$defs/not"},
+                    {"type": "string", "maxLength": 3},
+                ]
+            },
+            "and": node("and", conds),
+            "or": node("or", conds),
+            "not": node("not", {"$ref": "#/$defs/cond"}),
+        },
+        "$ref": "#/$defs/cond",
+    }
+
+
+SHAPES = {
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}, "meta": {}},
+            "required": ["kind", "r"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"kind": {"enum": ["square", "box"]}, "side": {"type": "integer"}, "meta": {}},
+            "required": ["kind", "side"],
+            "additionalProperties": False,
+        },
+    ]
+}
+
+
+def _random_tree(rng: random.Random, depth: int = 0):
+    pick = rng.randrange(7 if depth < 3 else 3)
+    if pick == 0:
+        return rng.choice(["a", "bc", "defg", ""])
+    if pick == 1:
+        return rng.choice([1, None, [], {}])
+    if pick == 2:
+        return {rng.choice(["and", "or", "xor"]): [_random_tree(rng, depth + 1) for _ in range(rng.randrange(3))]}
+    if pick == 3:
+        return {"not": _random_tree(rng, depth + 1)}
+    if pick == 4:
+        return {"and": [_random_tree(rng, depth + 1) for _ in range(rng.randrange(5))]}
+    if pick == 5:
+        return {"not": _random_tree(rng, depth + 1), "or": []}  # two keys: in no alternative
+    return {"or": [_random_tree(rng, depth + 1) for _ in range(rng.randrange(3))]}
+
+
+def _random_shape(rng: random.Random):
+    kind = rng.choice(["circle", "square", "box", "star", None])
+    wants = {"circle": "r", "square": "side", "box": "side"}.get(kind)
+    value = {} if kind is None else {"kind": kind}
+    for key, options in (("r", [1, 2.5, "x"]), ("side", [3, 1.5]), ("meta", [None, {"a": [1, {"b": []}]}, "m"])):
+        if rng.random() < (0.85 if key == wants else 0.5 if key == "meta" else 0.15):
+            value[key] = rng.choice(options)
+    return value
+
+
+@pytest.mark.parametrize(
+    "schema, generate",
+    [(_tree("anyOf"), _random_tree), (_tree("oneOf"), _random_tree), (SHAPES, _random_shape)],
+    ids=["tree-anyOf", "tree-oneOf", "shapes-oneOf"],
+)
+def test_object_unions_agree_with_jsonschema(schema, generate):
+    grammar = compile_schema(schema)
+    assert isinstance(grammar, SchemaGrammar)  # recursion / free-form payloads: the grammar form
+    validator = Draft202012Validator(schema)
+    rng, verdicts = random.Random(1), []
+    for _ in range(400):
+        value = generate(rng)
+        text = json.dumps(value, separators=(",", ":"))
+        verdicts.append(validator.is_valid(value))
+        assert grammar.accepts(text) == verdicts[-1], text
+    assert 40 < sum(verdicts) < 360
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    tok = load_qwen2_tokenizer()
+    return tok, Vocabulary.from_tokenizer(tok)
+
+
+@pytest.mark.parametrize("schema", [_tree("oneOf"), SHAPES], ids=["tree", "shapes"])
+def test_sampling_object_unions_through_qwen_yields_valid_instances(qwen, schema):
+    tok, vocab = qwen
+    constraint = compile_constraint("json_schema", schema, tok)
+    validator = Draft202012Validator(schema)
+    favoured = [
+        i
+        for i, b in enumerate(vocab.token_bytes)
+        if b and len(b) <= 6 and set(b) <= set(b'andortcilesquarbxkmdh",:{}[]0123.')
+    ]
+    rng, done = random.Random(0), 0
+    for _ in range(10):
+        matcher, ids = constraint.matcher(), []
+        for _step in range(120):
+            allowed = np.flatnonzero(mask_bits(matcher.bitmask(), vocab.size))
+            assert allowed.size, tok.decode(ids)
+            allowed_set = set(allowed.tolist()) - set(vocab.eos_token_ids)
+            if vocab.eos_token_ids[0] in allowed and (not allowed_set or len(ids) > 30 or rng.random() < 0.3):
+                break
+            pick = [i for i in favoured if i in allowed_set] or sorted(allowed_set)
+            if len(ids) > 40:  # then steer towards an end
+                pick = [i for i in pick if vocab.token_bytes[i] in (b"}", b"]", b'"', b"1")] or pick
+            for probe in rng.sample(pick, min(6, len(pick))):  # mask and scalar step agree
+                assert constraint.step(matcher.state, probe) is not None
+            token = rng.choice(pick)
+            matcher.advance(token)
+            ids.append(token)
+        if matcher.is_accepting():
+            text = tok.decode(ids)
+            assert validator.is_valid(json.loads(text)), text
+            done += 1
+    assert done >= 5
+
+
+SELF = {"type": "array", "items": {"$ref": "#"}}  # recursion: the grammar form
+
+
+@pytest.mark.parametrize(
+    "schema, match",
+    [
+        (  # {"a": 1, "b": 2} matches both
+            {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}, "p": SELF}},
+                    {"type": "object", "properties": {"b": {"type": "integer"}, "p": SELF}},
+                ]
+            },
+            "oneOf: 2 alternatives allow objects and the grammar form cannot show that they exclude",
+        ),
+        (  # both alternatives allow {}: the parser cannot choose at `}`
+            {
+                "anyOf": [
+                    {"type": "object", "properties": {"a": SELF}, "additionalProperties": False},
+                    {"type": "object", "properties": {"b": SELF}, "additionalProperties": False},
+                ]
+            },
+            "anyOf: the grammar form cannot tell the alternatives that allow objects apart",
+        ),
+        (  # any key in the first, the key "a" in the second: one terminal's text begins the other's
+            {
+                "anyOf": [
+                    {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1},
+                    {"type": "object", "properties": {"a": SELF}, "required": ["a"], "additionalProperties": False},
+                ]
+            },
+            "anyOf: the grammar form cannot tell the alternatives that allow objects apart",
+        ),
+    ],
+)
+def test_unions_the_grammar_form_cannot_keep_exact_are_refused(schema, match):
+    """(compile_schema then falls back to one automaton with its documented depth bound.)"""
+    with pytest.raises(ConstraintError, match=match):
+        schema_to_grammar(schema)
+
+
+def test_strict_lalr_refuses_a_shift_reduce_conflict_lark_would_resolve_silently():
+    """The check's parser table: lark resolves a shift/reduce conflict as shift unless strict
+    (which would quietly drop the text only the reduction leads to)."""
+    from sgl_runtime.constrained.grammar.source import build_lark
+
+    dangling_else = 'start: "if" start | "if" start "else" start | "x"\n'
+    build_lark(dangling_else)
+    with pytest.raises(ConstraintError, match="Shift/Reduce"):
+        build_lark(dangling_else, strict=True)
