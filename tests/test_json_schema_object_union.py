@@ -170,7 +170,7 @@ SELF = {"type": "array", "items": {"$ref": "#"}}  # recursion: the grammar form
                     {"type": "object", "properties": {"b": SELF}, "additionalProperties": False},
                 ]
             },
-            "anyOf: the grammar form cannot tell the alternatives that allow objects apart",
+            "anyOf: the grammar form cannot tell the alternatives apart",
         ),
         (  # any key in the first, the key "a" in the second: one terminal's text begins the other's
             {
@@ -179,7 +179,7 @@ SELF = {"type": "array", "items": {"$ref": "#"}}  # recursion: the grammar form
                     {"type": "object", "properties": {"a": SELF}, "required": ["a"], "additionalProperties": False},
                 ]
             },
-            "anyOf: the grammar form cannot tell the alternatives that allow objects apart",
+            "anyOf: the grammar form cannot tell the alternatives apart",
         ),
     ],
 )

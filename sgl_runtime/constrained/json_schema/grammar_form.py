@@ -47,6 +47,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     whole_categories,
 )
 from sgl_runtime.constrained.json_schema.strings import string_dfa, string_literal
+from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
@@ -101,7 +102,8 @@ class GrammarBuilder:
         self._typeless: dict = {}
         self._all_of: dict = {}
         self._count = 0
-        self.unions: list[str] = []  # anyOf/oneOf united as rules (object_union.py): build checks the grammar
+        self.checks: list[str] = []  # what shares a position between rules (object_union.py, value_tests.py):
+        # build then checks the grammar
 
     # ------------------------------------------------------------------ output
     def build(self, schema) -> SchemaGrammar:
@@ -114,8 +116,8 @@ class GrammarBuilder:
         lines += [f"{name}: " + " | ".join(" ".join(alt) for alt in alts) for name, alts in self.rules.items()]
         lines += [f'{name}: "<{name}>"' for name in self.terminals]
         grammar = SchemaGrammar("\n".join(lines) + "\n", dict(self.terminals), dict(self.unique))
-        if self.unions:
-            grammar.check(self.unions)
+        if self.checks:
+            grammar.check(self.checks)
         return grammar
 
     def name(self, prefix: str) -> str:
@@ -292,9 +294,18 @@ class GrammarBuilder:
         parts += ["allOf"] if nontrivial else []
         if not parts:
             return grammar_rules.free_form(self, c)
-        condition = self.presence_condition(schema, [p for p in parts if p not in own_keywords], c)
+        applicators = [p for p in parts if p not in own_keywords]
+        condition = self.presence_condition(schema, applicators, c)
+        untested = ""
         if condition is not None and c == OBJECT:
-            return grammar_rules.object_rule(self, schema, condition)
+            try:
+                symbol = grammar_rules.object_rule(self, schema, condition)
+            except ValueTestsRefused as exc:  # the rules below may still do without value tests
+                condition, untested = None, f" ({exc})"
+            else:
+                if condition[2]:
+                    self.checks.append(f"{'/'.join(applicators)} (value tests)")
+                return symbol
         if condition is not None:  # on arrays such conditions are constant
             if not condition[0](frozenset()):
                 return None
@@ -303,7 +314,7 @@ class GrammarBuilder:
         if len(parts) > 1:
             raise ConstraintError(
                 f"{' and '.join(parts)}: the grammar form cannot combine these constraints on {c}s "
-                "(the subschema is too large for one automaton)"
+                f"(the subschema is too large for one automaton){untested}"
             )
         part = parts[0]
         cats = frozenset({c})
@@ -341,15 +352,17 @@ class GrammarBuilder:
         )
 
     def presence_condition(self, schema: dict, applicators: list, c: str = OBJECT):
-        """(predicate over the present keys, keys it reads) when the in-place applicators of `schema`
-        only ask which keys an object has (presence.py), else None."""
+        """(predicate over the present keys and value facts, keys it reads, value tests) when the
+        in-place applicators of `schema` only ask which keys an object has and, on objects, what
+        values of its keys pass which subschemas (presence.py), else None."""
         if not applicators or any(p not in (*_PRESENCE_APPLICATORS, "$ref") for p in applicators):
             return None
         view = self.shapes.keep({k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema})
         self.comp.refs.base_of[id(view)] = self.comp.refs.base(schema)  # its $ref resolves where schema's does
         keys: set = set()
-        predicate = presence(self.shapes, view, keys, category=c)
-        return None if predicate is None else (predicate, keys)
+        tests: dict = {}
+        predicate = presence(self.shapes, view, keys, category=c, tests=tests if c == OBJECT else None)
+        return None if predicate is None else (predicate, keys, tests)
 
     def trivial(self, schema, c: str) -> bool:
         """Whether `schema` says nothing about values of category `c` beyond admitting them."""

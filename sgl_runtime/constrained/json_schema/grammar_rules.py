@@ -19,6 +19,7 @@ from sgl_runtime.constrained.json_schema.strings import (
     string_literal,
 )
 from sgl_runtime.constrained.json_schema.unique_grammar import mark_unique
+from sgl_runtime.constrained.json_schema.value_tests import value_options
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
 MAX_ARRAY_POSITIONS = 512
@@ -46,9 +47,11 @@ MAX_CONDITION_BITS = 12
 
 def object_rule(b, schema: dict, condition=None) -> str | None:
     """`{` members `}` for the object keywords of `schema` (None: no valid object); `condition`:
-    (predicate over the set of present keys, the keys it reads), checked where the object closes."""
+    (predicate over the set of present keys and value facts, the keys it reads, its value tests
+    {fact: (key, subschema)}: presence.py), checked where the object closes."""
     spec = _ObjectSpec(b.comp, schema, 0, b.mode)
     fixed_bits: dict = {}
+    fact_bits: dict = {}
     if condition is not None:
         for key in sorted(condition[1] - set(spec.named)):  # keys to see: tracked like undeclared required keys
             spec.named.append(key)
@@ -57,22 +60,31 @@ def object_rule(b, schema: dict, condition=None) -> str | None:
         for key in spec.fixed:
             if key in condition[1]:
                 fixed_bits[key], bit = bit, bit << 1
+        for fact in condition[2]:
+            fact_bits[fact], bit = bit, bit << 1
         if bit > 1 << MAX_CONDITION_BITS:
-            raise ConstraintError(f"object: more than {MAX_CONDITION_BITS} keys decide its anyOf/oneOf/if conditions")
-    values = {k: _named_value(b, spec, k) for k in spec.named}
+            raise ConstraintError(f"object: more than {MAX_CONDITION_BITS} keys and value tests decide its conditions")
+    values = {k: _named_options(b, spec, k, condition, fact_bits) for k in spec.named}
     extras = _extra_pairs(b, spec)
-    builder = _Members(b, spec, values, extras, condition, fixed_bits)
+    builder = _Members(b, spec, values, extras, condition, fixed_bits, fact_bits)
     return builder.build()
 
 
-def _named_value(b, spec, key: str):
+def _named_options(b, spec, key: str, condition, fact_bits: dict) -> list:
+    """[(value symbol, fact bits)] for the values of a named key: one, or one per outcome of the
+    condition's tests of that key (value_tests.py)."""
     if spec.names is not None and not spec.names.accepts(string_literal(key)):
-        return None
+        return []
     parts = [spec.props[key]] if key in spec.props else []
     parts += [s for p, s in spec.patterns.items() if pattern_content(p).accepts(key)]
     if key not in spec.props and len(parts) == 0:
         parts.append(spec.additional)
-    return b.node(b.all_of(parts))
+    value = b.all_of(parts)
+    facts = [(fact, sub) for fact, (k, sub) in (condition[2].items() if condition else ()) if k == key]
+    if facts:
+        return value_options(b, key, value, facts, fact_bits)
+    symbol = b.node(value)
+    return [] if symbol is None else [(symbol, 0)]
 
 
 def _extra_pairs(b, spec) -> list[tuple]:
@@ -95,9 +107,9 @@ class _Members:
     """Left-linear rules over the member automaton's states (i, count, seen mask): i is the index
     of the next declared key that may come (`spec.fixed`), all of them written before the others."""
 
-    def __init__(self, b, spec, values: dict, extras: list, condition=None, fixed_bits=None) -> None:
-        self.b, self.spec, self.values, self.extras = b, spec, values, extras
-        self.condition, self.fixed_bits = condition, fixed_bits or {}
+    def __init__(self, b, spec, values: dict, extras: list, condition=None, fixed_bits=None, fact_bits=None) -> None:
+        self.b, self.spec, self.values, self.extras = b, spec, values, extras  # values: key -> [(symbol, fact bits)]
+        self.condition, self.fixed_bits, self.fact_bits = condition, fixed_bits or {}, fact_bits or {}
         self.names: dict = {}
         self.work: list = []
         self.rules: dict = {}
@@ -122,17 +134,15 @@ class _Members:
         first, out = count == 0 and i == 0 and mask == 0, []
         for j in range(i, len(spec.fixed)):
             key = spec.fixed[j]
-            if self.values[key] is not None:
-                out.append(
-                    (b.named_key(key, first), self.values[key], (j + 1, nxt, mask | self.fixed_bits.get(key, 0)))
-                )
+            for value, bits in self.values[key]:
+                out.append((b.named_key(key, first), value, (j + 1, nxt, mask | self.fixed_bits.get(key, 0) | bits)))
             if key in spec.required or not first:
                 break  # from a non-initial state, later keys are reached through the skip rules
         if not self.optional_from(i) or (not first and i < len(spec.fixed)):
             return out
         for t, key in enumerate(spec.tracked):
-            if not mask >> t & 1 and self.values[key] is not None:
-                out.append((b.named_key(key, first), self.values[key], (len(spec.fixed), nxt, mask | 1 << t)))
+            for value, bits in self.values[key] if not mask >> t & 1 else ():
+                out.append((b.named_key(key, first), value, (len(spec.fixed), nxt, mask | 1 << t | bits)))
         for ident, keys, value in self.extras:
             out.append((b.key(keys, first, ident), value, (len(spec.fixed), nxt, mask)))
         return out
@@ -144,6 +154,7 @@ class _Members:
             return True
         present = {k for t, k in enumerate(self.spec.tracked) if mask >> t & 1}
         present |= {k for k, bit in self.fixed_bits.items() if mask & bit}
+        present |= {fact for fact, bit in self.fact_bits.items() if mask & bit}
         return self.condition[0](frozenset(present))
 
     def build(self) -> str | None:

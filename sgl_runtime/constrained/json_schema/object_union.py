@@ -44,7 +44,7 @@ def object_union(b, part: str, branches: list) -> str:
             symbols.append(symbol)
     if len(symbols) <= 1:
         return symbols[0] if symbols else None
-    b.unions.append(part)
+    b.checks.append(part)
     return b.rule([[s] for s in symbols])
 
 

@@ -1,7 +1,13 @@
 """Subschemas that, on objects, only ask which keys are present (`{"required": ["a"]}`, `oneOf` of
 those, `not`, `if`/`then`/`else`, `dependentRequired`, `dependentSchemas` of those): the grammar
 form checks them at the end of an object from the set of keys seen, so `properties` beside
-`oneOf: [{"required": ["a"]}, {"required": ["b"]}]` needs no intersection of rules."""
+`oneOf: [{"required": ["a"]}, {"required": ["b"]}]` needs no intersection of rules.
+
+With `tests` (a dict), `properties` there may also ask what a key's value is
+(`if: {"properties": {"plan": {"const": "team"}}}`): each such (key, subschema) is a *value test*,
+recorded in `tests` as fact -> (key, subschema); the set the predicate reads then holds, besides
+the present keys, the facts whose value test the key's value passes (the grammar form splits that
+key's values into the ones that pass and the ones that fail, grammar_rules.object_rule)."""
 
 from __future__ import annotations
 
@@ -36,18 +42,25 @@ _PRESENCE_KEYWORDS |= {"$ref", "dependentSchemas"}
 
 
 def presence(
-    shapes, schema, keys: set, visiting: Optional[set] = None, category: str = "object"
+    shapes,
+    schema,
+    keys: set,
+    visiting: Optional[set] = None,
+    category: str = "object",
+    tests: Optional[dict] = None,
 ) -> Optional[Predicate]:
     """A predicate over the set of present keys equal to `schema` on objects, or None when `schema`
     asks more of an object than which keys it has. Adds the keys it reads to `keys`. With
-    category="array" the same schemas on arrays: a constant (`required` holds of any array)."""
+    category="array" the same schemas on arrays: a constant (`required` holds of any array).
+    tests: see the module docstring (None: `properties` is not read)."""
     if isinstance(schema, bool):
         return (lambda _p: True) if schema else (lambda _p: False)
     if not isinstance(schema, dict):
         return None
     visiting = set() if visiting is None else visiting
     constraining = _CONSTRAINING if category == "object" else _CONSTRAINING | set(ARRAY_KEYWORDS)
-    if id(schema) in visiting or any(k in constraining and k not in _PRESENCE_KEYWORDS for k in schema):
+    allowed = _PRESENCE_KEYWORDS | ({"properties"} if tests is not None and category == "object" else set())
+    if id(schema) in visiting or any(k in constraining and k not in allowed for k in schema):
         return None
     if category not in types_of(schema):
         return lambda _p: False
@@ -61,6 +74,17 @@ def presence(
         needed = frozenset(required)
         keys.update(needed)
         parts.append(lambda p, needed=needed: needed <= p)
+    props = schema.get("properties", {}) if on_objects else {}
+    if not isinstance(props, dict):
+        return None
+    for key, sub in props.items():
+        keys.add(key)
+        if sub is False:
+            parts.append(lambda p, key=key: key not in p)
+        elif sub is not True and sub != {}:
+            fact = ("value", key, id(sub))
+            tests[fact] = (key, sub)  # type: ignore[index]
+            parts.append(lambda p, key=key, fact=fact: key not in p or fact in p)
     deps = schema.get("dependentRequired", {})
     if not isinstance(deps, dict) or not all(isinstance(v, list) for v in deps.values()):
         return None
@@ -73,26 +97,26 @@ def presence(
         subs.setdefault("allOf", [])
         subs["allOf"] = [*subs["allOf"], shapes.target(schema)]
     for keyword, schemas in subs.items():
-        preds = [presence(shapes, s, keys, visiting, category) for s in schemas]
+        preds = [presence(shapes, s, keys, visiting, category, tests) for s in schemas]
         if any(p is None for p in preds):
             return None
         parts.append(_combine(keyword, preds))  # type: ignore[arg-type]
     for keyword in ("not", "if", "then", "else"):
-        if keyword in schema and presence(shapes, schema[keyword], keys, visiting, category) is None:
+        if keyword in schema and presence(shapes, schema[keyword], keys, visiting, category, tests) is None:
             return None
     if "not" in schema:
-        inner = presence(shapes, schema["not"], keys, visiting, category)
+        inner = presence(shapes, schema["not"], keys, visiting, category, tests)
         parts.append(lambda p, inner=inner: not inner(p))  # type: ignore[misc]
     if "if" in schema:
         cond, then, other = (
-            presence(shapes, schema.get(k, True), keys, visiting, category) for k in ("if", "then", "else")
+            presence(shapes, schema.get(k, True), keys, visiting, category, tests) for k in ("if", "then", "else")
         )
         parts.append(lambda p, c=cond, t=then, o=other: t(p) if c(p) else o(p))  # type: ignore[misc]
     dependent = schema.get("dependentSchemas", {})
     if not isinstance(dependent, dict):
         return None
     for key, sub in dependent.items():
-        inner = presence(shapes, sub, keys, visiting, category)
+        inner = presence(shapes, sub, keys, visiting, category, tests)
         if inner is None:
             return None
         if not on_objects:

@@ -39,15 +39,15 @@ class SchemaGrammar:
             **options,
         )
 
-    def check(self, unions: list) -> None:
+    def check(self, kinds: list) -> None:
         """ConstraintError unless the grammar is LALR(1) without conflicts and each parser state's
-        terminals lex one way only (grammar/prefix_free.py): what uniting the rules of several
-        alternatives (`unions`, their keywords) needs to stay exact."""
+        terminals lex one way only (grammar/prefix_free.py): what the rules of several alternatives
+        at one position (`kinds`: anyOf/oneOf over objects, value tests) need to stay exact."""
         from sgl_runtime.constrained.grammar.engine import GrammarEngine
         from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free
         from sgl_runtime.constrained.grammar.source import build_lark
 
-        kinds = "/".join(sorted(set(unions)))
+        what = "/".join(sorted(set(kinds)))
         try:
             parser = build_lark(self.text, placeholders=True, strict=True)
             engine = GrammarEngine(
@@ -57,7 +57,7 @@ class SchemaGrammar:
         except ConstraintError as exc:
             detail = "an LALR(1) conflict" if "invalid lark grammar" in str(exc) else str(exc)
             raise ConstraintError(
-                f"{kinds}: the grammar form cannot tell the alternatives that allow objects apart token by token "
+                f"{what}: the grammar form cannot tell the alternatives apart token by token "
                 f"({detail.splitlines()[0][:200]})"
             ) from None
         self._engine = engine
