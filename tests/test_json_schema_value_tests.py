@@ -156,3 +156,19 @@ def test_value_conditions_through_the_qwen_vocabulary():
 def test_value_conditions_the_grammar_form_cannot_split_are_refused(schema, match):
     with pytest.raises(ConstraintError, match=match):
         schema_to_grammar(schema)
+
+
+def test_too_many_value_tests_fall_back_to_the_rules_without_them():
+    """Past the object's 12 condition bits, value tests are dropped and the schema is compiled (or
+    refused) as without them: the draft-07 metaschema's `properties` inside `if`s stay compiled."""
+    keys = [f"k{i}" for i in range(13)]
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "string"} for k in keys} | {"free": FREE},
+        "allOf": [{"if": {"properties": {k: {"const": "x"}}}, "then": {"required": ["free"]}} for k in keys],
+    }
+    with pytest.raises(ConstraintError, match=r"properties and allOf: .*cannot combine.*\(object: more than 12 keys"):
+        schema_to_grammar(schema)
+    from jsonschema import Draft7Validator
+
+    assert isinstance(compile_schema(Draft7Validator.META_SCHEMA), SchemaGrammar)

@@ -19,7 +19,7 @@ from sgl_runtime.constrained.json_schema.strings import (
     string_literal,
 )
 from sgl_runtime.constrained.json_schema.unique_grammar import mark_unique
-from sgl_runtime.constrained.json_schema.value_tests import value_options
+from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused, value_options
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
 MAX_ARRAY_POSITIONS = 512
@@ -63,7 +63,8 @@ def object_rule(b, schema: dict, condition=None) -> str | None:
         for fact in condition[2]:
             fact_bits[fact], bit = bit, bit << 1
         if bit > 1 << MAX_CONDITION_BITS:
-            raise ConstraintError(f"object: more than {MAX_CONDITION_BITS} keys and value tests decide its conditions")
+            refusal = ValueTestsRefused if condition[2] else ConstraintError  # the former: retried without tests
+            raise refusal(f"object: more than {MAX_CONDITION_BITS} keys and value tests decide its conditions")
     values = {k: _named_options(b, spec, k, condition, fact_bits) for k in spec.named}
     extras = _extra_pairs(b, spec)
     builder = _Members(b, spec, values, extras, condition, fixed_bits, fact_bits)
