@@ -19,6 +19,7 @@ from interegular.fsm import FSM, Alphabet, anything_else
 from sgl_runtime.constrained.errors import ConstraintError
 
 MAX_STATES = 200_000  # hard bound on the states of any intermediate automaton
+BUDGET_EXCEEDED = "JSON Schema too complex: compiling it needs more than"  # how a work_budget error begins
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,12 @@ def work_budget(states: int):
         _WORK_LEFT.reset(token)
 
 
+def work_left() -> tuple[int, int] | None:
+    """(states left, states in all) of the innermost `work_budget`, None outside one."""
+    left = _WORK_LEFT.get()
+    return None if left is None else (left[0], left[1])
+
+
 def _check_size(n: int, what: str) -> None:
     if n > MAX_STATES:
         raise ConstraintError(f"JSON Schema automaton too large ({what} exceeds {MAX_STATES} states)")
@@ -222,10 +229,7 @@ def _check_size(n: int, what: str) -> None:
     if left is not None:
         left[0] -= 1
         if left[0] < 0:
-            raise ConstraintError(
-                f"JSON Schema too complex: compiling it needs more than {left[1]} automaton "
-                "states in total (raise max_work_states)"
-            )
+            raise ConstraintError(f"{BUDGET_EXCEEDED} {left[1]} automaton states in total (raise max_work_states)")
 
 
 # ----------------------------------------------------------------------------- minimize

@@ -27,10 +27,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+from typing import Any, Callable, Optional
 
 from interegular.fsm import FSM
 
-from sgl_runtime.constrained.automata import EMPTY, Dfa, literal, to_interegular, work_budget
+from sgl_runtime.constrained.automata import (
+    BUDGET_EXCEEDED,
+    EMPTY,
+    Dfa,
+    literal,
+    to_interegular,
+    work_budget,
+    work_left,
+)
 from sgl_runtime.constrained.automata_ops import intersect, union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
@@ -169,6 +178,9 @@ class _Compiler:
         # unevaluated* case splits multiply with wider wildcards past the work budget: those schemas keep
         # the root-counted depth everywhere
         self.widen_wildcards = '"unevaluated' not in json.dumps(root)
+        # schemas whose language holds at any level (the grammar form's closed ones): compiled once
+        self.level_free: Optional[Callable[[Any], bool]] = None
+        self.too_large: dict = {}  # level-free keys whose compile alone ran out of work budget: their error
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:
@@ -209,19 +221,38 @@ class _Compiler:
         if entered:
             self.scope.append(base)
         try:
-            key = (
-                id(schema),
-                max(self.free_budget(level), 0),  # what `level` changes: the free-form depth left
-                mode,
-                tuple(sorted(self.ref_counts.items())),
-                tuple(self.scope) if self.dynamic else None,
-            )
+            scope = tuple(self.scope) if self.dynamic else None
+            level_free = self.level_free is not None and self.level_free(schema)
+            if level_free:
+                key: tuple = (id(schema), mode, scope)
+            else:
+                key = (
+                    id(schema),
+                    max(self.free_budget(level), 0),  # what `level` changes: the free-form depth left
+                    mode,
+                    tuple(sorted(self.ref_counts.items())),
+                    scope,
+                )
             if key not in self.cache:
-                self.cache[key] = (schema, self._compile(schema, level, mode))
+                self.cache[key] = (schema, self._compile_once(schema, level, mode, key, level_free))
             return self.cache[key][1]
         finally:
             if entered:
                 self.scope.pop()
+
+    def _compile_once(self, schema: dict, level: int, mode: int, key: tuple, level_free: bool) -> Dfa:
+        """`_compile`, remembering a level-free schema that exhausts the work budget on its own (it
+        had nearly all of the budget when it started): later attempts to build it flat fail at once."""
+        if key in self.too_large:
+            raise ConstraintError(self.too_large[key])
+        left = work_left()
+        try:
+            return self._compile(schema, level, mode)
+        except ConstraintError as exc:
+            alone = left is not None and left[0] * 10 >= left[1] * 9
+            if alone and level_free and str(exc).startswith(BUDGET_EXCEEDED):
+                self.too_large[key] = str(exc)
+            raise
 
     def _compile(self, schema: dict, level: int, mode: int) -> Dfa:
         self._check_unsupported(schema)

@@ -92,6 +92,7 @@ class GrammarBuilder:
         self.comp, self.mode, self.tokens = comp, mode, comp.tokens
         self.leaf_budget = leaf_budget
         self.shapes = Shapes(comp.refs)
+        comp.level_free = self.shapes.closed  # a leaf built inside a larger failed attempt is reused
         self.rules: dict[str, list[list[str]]] = {}
         self.terminals: dict[str, ByteDFA] = {}
         self.unique: dict[str, str] = {}  # the marked rules of unique arrays (unique_grammar.py)
