@@ -307,3 +307,54 @@ def test_schema_pattern_with_property_escape_is_exact():
     dfa = schema_to_dfa({"type": "string", "pattern": r"^[\S ]+$"})
     for text, ok in [("a b", True), ("日 本", True), ("a\tb", False), ("a\u00a0b", False), ("\ufeff", False)]:
         assert dfa.accepts(json.dumps(text, ensure_ascii=False)) == ok, text
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"x((.|-+)?[ab]){0,12}y",  # a variable-width body: built as one automaton, from the right
+        r"(?:[ab]+_?){2,14}",
+        r"(?:a|bb){3,12}b?",
+        r"(?:ab|a){0,9}",
+        r"(?:a\b|b ){0,9}",  # an assertion in the body: unrolled, with guards
+        r"(?:[ab]{2}){0,10}",  # fixed width: unrolled
+    ],
+)
+def test_long_optional_repeats_agree_with_re(pattern):
+    dfa = regex_to_dfa(pattern)
+    oracle = re.compile(pattern, re.ASCII)
+    rng = __import__("random").Random(pattern)
+    texts = TEXTS + ["".join(rng.choice("ab_- xy") for _ in range(rng.randrange(40))) for _ in range(600)]
+    texts += ["x" + "a" * n + "y" for n in range(30)] + ["a" * n for n in range(30)] + ["ab_" * n for n in range(12)]
+    accepted = 0
+    for text in texts:
+        expected = oracle.fullmatch(text) is not None
+        assert dfa.accepts(text) == expected, (pattern, text)
+        accepted += expected
+    assert accepted > 5
+
+
+def test_long_optional_repeats_of_variable_width_bodies_are_built_from_the_right(monkeypatch):
+    from sgl_runtime.constrained import automata_ops, regex_nfa
+
+    built = []
+
+    def counting(dfa, n):
+        built.append(n)
+        return automata_ops.up_to(dfa, n)
+
+    monkeypatch.setattr(regex_nfa, "up_to", counting)
+    regex_to_dfa(r"z((.|-+)?[ab]){0,40}z")
+    regex_to_dfa(r"z(?:[ab]{2}){0,40}z")  # fixed width: unrolled
+    regex_to_dfa(r"z(?:a\b|b ){0,40}z")  # an assertion in the body: unrolled
+    assert built == [40]
+
+
+def test_up_to_is_the_unrolled_repeat():
+    from sgl_runtime.constrained.automata_ops import repeat, up_to
+
+    body = regex_to_dfa(r"(.|-+)?[ab]")
+    for n in (0, 1, 2, 5, 11):
+        assert up_to(body, n) == repeat(body, 0, n)
+    star = regex_to_dfa("(?:ab?)*")  # closed under repetition: a fixpoint after one step
+    assert up_to(star, 10**6) == star

@@ -198,6 +198,28 @@ def repeat(dfa: Dfa, lo: int, hi: int | None, sep: Dfa | None = None) -> Dfa:
     return nfa.determinize(start)
 
 
+def up_to(dfa: Dfa, n: int) -> Dfa:
+    """`dfa` repeated 0..n times, built from the right and minimal at each step (R = ε | dfa·R). For a
+    body whose strings differ in length (`(.|-+)?[a-z]`) the subset construction of an unrolled NFA
+    tracks every iteration count at once, cubic in n; this is quadratic."""
+    result = EPSILON
+    for _ in range(n):
+        nfa = Nfa()
+        start = nfa.add_state()
+        nfa.finals.add(start)
+        s, ends = nfa.embed(dfa)
+        nfa.add_eps(start, s)
+        r, r_finals = nfa.embed(result)
+        for e in ends:
+            nfa.add_eps(e, r)
+        nfa.finals.update(r_finals)
+        longer = nfa.determinize(start)
+        if longer == result:  # a fixpoint (the body's language is closed under repetition)
+            break
+        result = longer
+    return result
+
+
 def optional(dfa: Dfa) -> Dfa:
     return union(dfa, EPSILON)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from re import _constants as sre
 
 from sgl_runtime.constrained.automata import ANY_CHAR, EPSILON, Charset, Dfa
-from sgl_runtime.constrained.automata_ops import concat, difference, intersect, union
+from sgl_runtime.constrained.automata_ops import concat, difference, intersect, union, up_to
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_charsets import (
     MULTILINE,
@@ -34,6 +34,7 @@ from sgl_runtime.constrained.regex_charsets import (
 )
 
 MAX_NFA_STATES = 100_000
+BUILT_REPEAT_FROM = 8  # optional repeats of a variable-width body from this count are built as one Dfa
 ANY_STRING = Dfa((((ANY_CHAR, 0),),), frozenset({0}))
 
 
@@ -159,6 +160,11 @@ class RegexNfa:
             self.eps[hub].append(s)
             self.eps[e].append(hub)
             return start, hub
+        tail = self._optional_repeats(body, hi - lo, flags) if hi - lo >= BUILT_REPEAT_FROM else None
+        if tail is not None:
+            s, e = self._embed(tail)
+            self.eps[end].append(s)
+            return start, e
         out = self.add_state()
         for _ in range(hi - lo):
             self.eps[end].append(out)
@@ -167,6 +173,27 @@ class RegexNfa:
             end = e
         self.eps[end].append(out)
         return start, out
+
+    def _optional_repeats(self, body: list, count: int, flags: int) -> Dfa | None:
+        """`body` repeated 0..count times as one Dfa when its strings differ in length (unrolled,
+        every iteration count would be a copy alive at once in the subset construction); None
+        for a fixed-width body or one with assertions (unrolled, as guards)."""
+        try:
+            dfa = self._subautomaton(body, flags)
+        except ConstraintError:
+            return None
+        return None if _fixed_width(dfa) else up_to(dfa, count)
+
+    def _embed(self, dfa: Dfa) -> tuple[int, int]:
+        base = len(self.edges)
+        for _ in range(dfa.num_states):
+            self.add_state()
+        for i, edges in enumerate(dfa.edges):
+            self.edges[base + i] = [(cs, base + t) for cs, t in edges]
+        end = self.add_state()
+        for f in dfa.finals:
+            self.eps[base + f].append(end)
+        return base, end
 
     def _possessive(self, av, flags: int) -> tuple[int, int]:
         lo, hi, body = av
@@ -264,6 +291,20 @@ def _check_flags(flags: int) -> None:
         )
     if flags & re.LOCALE.value:
         raise ConstraintError("unsupported regex feature: (?L) flag")
+
+
+def _fixed_width(dfa: Dfa) -> bool:
+    """True when every accepted string has the same length (no cycle, one depth for each state)."""
+    depth = {0: 0}
+    queue = [0]
+    for s in queue:
+        for _, t in dfa.edges[s]:
+            if t not in depth:
+                depth[t] = depth[s] + 1
+                queue.append(t)
+            elif depth[t] != depth[s] + 1:
+                return False
+    return len({depth[f] for f in dfa.finals}) <= 1
 
 
 def _prefix_free(dfa: Dfa) -> bool:
