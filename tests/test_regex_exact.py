@@ -358,3 +358,46 @@ def test_up_to_is_the_unrolled_repeat():
         assert up_to(body, n) == repeat(body, 0, n)
     star = regex_to_dfa("(?:ab?)*")  # closed under repetition: a fixpoint after one step
     assert up_to(star, 10**6) == star
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^[ab]{2}\Z",
+        r"\Aa_*\Z",
+        r"^a",
+        r"b\Z",
+        r"^\Z",
+        r"^",
+        r"\Z",
+        r"^a$",  # `$` also holds before a final newline: kept as a guard
+        r"(?m)^a\Z",  # a line start under multiline: kept
+        r"^a|b\Z",  # anchors inside a top-level alternative: kept
+        r"^(?=a)[ab]+\Z",
+        r"^(?<!a)b",
+    ],
+)
+def test_anchored_searches_agree_with_re_search(pattern):
+    dfa = regex_to_dfa(pattern, search=True)
+    oracle = re.compile(pattern, re.ASCII)
+    for text in TEXTS + ["ab\n", "a\n", "\na", "b\nb"]:
+        assert dfa.accepts(text) == (oracle.search(text) is not None), (pattern, text)
+
+
+def test_an_anchored_search_is_a_plain_subset_construction(monkeypatch):
+    """`^X\\Z` searched is X fully matched: no leading or trailing run, no anchor guards to track."""
+    from sgl_runtime.constrained import regex_automaton
+
+    plain = []
+    original = regex_automaton._determinize_plain
+
+    def counting(nfa, start, end):
+        plain.append(start)
+        return original(nfa, start, end)
+
+    monkeypatch.setattr(regex_automaton, "_determinize_plain", counting)
+    regex_to_dfa(r"^[0-9]{12}:[a-f]+\Z", search=True)
+    assert plain
+    plain.clear()
+    regex_to_dfa(r"^[0-9]{12}:[a-f]+$", search=True)  # `$`: a guard
+    assert not plain

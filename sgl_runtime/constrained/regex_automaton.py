@@ -64,7 +64,7 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     flags = parsed.state.flags & ~re.ASCII.value
     nodes = list(parsed)
     if search:
-        nodes = [_ANY_RUN, (sre_parse.SUBPATTERN, (None, 0, 0, _beside_any_runs(nodes))), _ANY_RUN]
+        nodes = _searched(nodes, flags)
     try:
         dfa = _compile(nodes, flags, allow_guards=True)
     except ConstraintError as exc:
@@ -84,9 +84,27 @@ _PLAIN_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT)
 _CONTEXTUAL = {sre_parse.AT, sre_parse.ASSERT, sre_parse.ASSERT_NOT, sre_parse.GROUPREF, sre_parse.GROUPREF_EXISTS}
 
 
-def _beside_any_runs(nodes: list) -> list:
-    """`nodes` read between `(?s:.*)` runs, with the counted repeats at both ends cut (`_cut`)."""
-    return _cut(_cut(nodes, -1), 0)
+def _searched(nodes: list, flags: int) -> list:
+    """The nodes whose full matches are the texts in which `nodes` finds a match: `nodes` between
+    `(?s:.*)` runs, with the counted repeats beside a run cut (`_cut`). A leading `^`/`\\A` (not
+    multiline) or a trailing `\\Z` holds exactly where no run is: the anchor and that run go
+    (`^[0-9]{12}\\Z` is then a plain full match, without guards to track)."""
+    starts = bool(nodes) and nodes[0] in _STRING_STARTS[bool(flags & re.MULTILINE.value)]
+    ends = bool(nodes) and nodes[-1] == _STRING_END
+    body = nodes[int(starts) : len(nodes) - int(ends)]
+    if not starts:
+        body = _cut(body, 0)
+    if not ends:
+        body = _cut(body, -1)
+    group = (sre_parse.SUBPATTERN, (None, 0, 0, body))
+    return ([] if starts else [_ANY_RUN]) + [group] + ([] if ends else [_ANY_RUN])
+
+
+_STRING_END = (sre_parse.AT, sre_parse.AT_END_STRING)
+_STRING_STARTS = {  # multiline or not -> the nodes that hold only at the start of the text
+    False: [(sre_parse.AT, sre_parse.AT_BEGINNING), (sre_parse.AT, sre_parse.AT_BEGINNING_STRING)],
+    True: [(sre_parse.AT, sre_parse.AT_BEGINNING_STRING)],
+}
 
 
 def _cut(nodes: list, at: int) -> list:
@@ -143,6 +161,8 @@ def _assertion_free(nodes: list, flags: int) -> Dfa:
 
 
 def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
+    if not nfa.has_guards:
+        return _determinize_plain(nfa, start, end)
     guards = list(dict.fromkeys(g for out in nfa.guarded for g, _ in out))
     prefixes = list(dict.fromkeys(g.prefix for g in guards if g.prefix is not None))
     suffixes = list(dict.fromkeys(g.suffix for g in guards if g.suffix is not None))
@@ -198,6 +218,47 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
             if not nxt:
                 continue
             key = (nxt_track, closure(nxt_track, nxt))
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(states)
+                states.append(key)
+                _check_size(len(states), "regex subset construction")
+            row[c] = j
+        table.append(row)
+    return _minimize(table, finals, part)
+
+
+def _determinize_plain(nfa: RegexNfa, start: int, end: int) -> Dfa:
+    """The subset construction of an NFA without guards: subsets of plain states, each state's
+    epsilon closure computed once (most patterns; `_determinize` tracks guard obligations)."""
+    part = _Partition([cs for out in nfa.edges for cs, _ in out])
+    moves = [_moves_by_class(out, part) for out in nfa.edges]
+    closures: dict[int, frozenset] = {}
+
+    def closure_of(q: int) -> frozenset:
+        got = closures.get(q)
+        if got is None:
+            seen, stack = {q}, [q]
+            while stack:
+                for t in nfa.eps[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            got = closures[q] = frozenset(seen)
+        return got
+
+    first = closure_of(start)
+    index, states, table, finals = {first: 0}, [first], [], set()
+    for subset in states:
+        if end in subset:
+            finals.add(len(table))
+        by_class: dict = defaultdict(set)
+        for q in subset:
+            for c, targets in moves[q].items():
+                by_class[c].update(targets)
+        row = {}
+        for c, targets in by_class.items():
+            key = frozenset().union(*[closure_of(t) for t in targets])
             j = index.get(key)
             if j is None:
                 j = index[key] = len(states)
