@@ -31,6 +31,7 @@ from sgl_runtime.constrained.automata import (
     _minimize,
     _Partition,
 )
+from sgl_runtime.constrained.automata_ops import Nfa
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_nfa import RegexNfa
 from sgl_runtime.constrained.regex_properties import expand_properties
@@ -229,44 +230,11 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
 
 
 def _determinize_plain(nfa: RegexNfa, start: int, end: int) -> Dfa:
-    """The subset construction of an NFA without guards: subsets of plain states, each state's
-    epsilon closure computed once (most patterns; `_determinize` tracks guard obligations)."""
-    part = _Partition([cs for out in nfa.edges for cs, _ in out])
-    moves = [_moves_by_class(out, part) for out in nfa.edges]
-    closures: dict[int, frozenset] = {}
-
-    def closure_of(q: int) -> frozenset:
-        got = closures.get(q)
-        if got is None:
-            seen, stack = {q}, [q]
-            while stack:
-                for t in nfa.eps[stack.pop()]:
-                    if t not in seen:
-                        seen.add(t)
-                        stack.append(t)
-            got = closures[q] = frozenset(seen)
-        return got
-
-    first = closure_of(start)
-    index, states, table, finals = {first: 0}, [first], [], set()
-    for subset in states:
-        if end in subset:
-            finals.add(len(table))
-        by_class: dict = defaultdict(set)
-        for q in subset:
-            for c, targets in moves[q].items():
-                by_class[c].update(targets)
-        row = {}
-        for c, targets in by_class.items():
-            key = frozenset().union(*[closure_of(t) for t in targets])
-            j = index.get(key)
-            if j is None:
-                j = index[key] = len(states)
-                states.append(key)
-                _check_size(len(states), "regex subset construction")
-            row[c] = j
-        table.append(row)
-    return _minimize(table, finals, part)
+    """The subset construction of an NFA without guards (most patterns; `_determinize` tracks guard
+    obligations): the plain epsilon-NFA construction of automata_ops."""
+    plain = Nfa()
+    plain.edges, plain.eps, plain.finals = nfa.edges, nfa.eps, {end}
+    return plain.determinize(start)
 
 
 def _advance(pending: frozenset, c: int, suffix_tables: list, universal: list):
