@@ -176,3 +176,58 @@ def test_cloudformation_provider_schemas_are_draft_07():
     assert dfa.accepts('{"A":"x","B":"long"}') and not dfa.accepts('{"A":"x"}') and dfa.accepts('{"B":"y"}')
     with pytest.raises(ConstraintError, match=r"\$schema: unsupported metaschema"):
         schema_to_dfa({**schema, "$schema": uri.replace("provider", "other")})
+
+
+META_CASES = [
+    # (schema with a $ref into an official metaschema, instances)
+    ({"$ref": "http://json-schema.org/draft-07/schema#/definitions/simpleTypes"}, ["integer", "date", 1, "null"]),
+    ({"$ref": "http://json-schema.org/draft-07/schema#/definitions/nonNegativeInteger"}, [0, 7, -1, 1.5, "1"]),
+    # draft-04's exclusiveMaximum is a boolean; the metaschema is read as draft-04 whatever the root declares
+    ({"$ref": "http://json-schema.org/draft-04/schema#/properties/exclusiveMaximum"}, [True, False, 1, None]),
+    (
+        {
+            "type": "object",
+            "properties": {"n": {"$ref": "http://json-schema.org/draft-04/schema#/definitions/positiveInteger"}},
+        },
+        [{"n": 0}, {"n": 3}, {"n": -2}, {"n": "x"}, {}],
+    ),
+    (
+        {"$ref": "https://json-schema.org/draft/2020-12/meta/validation#/$defs/simpleTypes"},
+        ["array", "object", "date", 1],
+    ),
+]
+
+
+@pytest.mark.parametrize("schema, instances", META_CASES)
+def test_refs_into_the_official_metaschemas_resolve_offline(schema, instances):
+    """As jsonschema resolves them (from the copies jsonschema-specifications ships)."""
+    validator = validators.validator_for(schema)(schema)
+    dfa = schema_to_dfa(schema)
+    for instance in instances:
+        text = json.dumps(instance, separators=(",", ":"))
+        assert dfa.accepts(text) == validator.is_valid(instance), (schema, text)
+
+
+def test_metaschemas_resolve_over_https_too():
+    """json-schema.org serves the draft-04 to -07 metaschemas at https as well (their ids say http)."""
+    https = schema_to_dfa({"$ref": "https://json-schema.org/draft-07/schema#/definitions/nonNegativeInteger"})
+    http = schema_to_dfa({"$ref": "http://json-schema.org/draft-07/schema#/definitions/nonNegativeInteger"})
+    assert all(https.accepts(t) == http.accepts(t) for t in ("0", "7", "-1", "1.5", '"1"'))
+
+
+def test_a_metaschema_ref_is_the_whole_draft_07_metaschema():
+    from sgl_runtime.constrained.json_schema.language import compile_schema
+
+    schema = {"type": "object", "properties": {"schema": {"$ref": "http://json-schema.org/draft-07/schema#"}}}
+    validator = validators.validator_for(schema)(schema)
+    language = compile_schema(schema)
+    inners = ({"type": "string"}, {"type": "strin"}, {"minLength": -1}, {"required": ["a", "a"]}, True, 3)
+    for inner in inners + ({"items": [{"type": "null"}], "maxItems": 2}, {"properties": {"a": {"enum": [1, 1]}}}):
+        text = json.dumps({"schema": inner}, separators=(",", ":"))
+        assert language.accepts(text) == validator.is_valid({"schema": inner}), text
+
+
+def test_other_remote_refs_are_refused_without_fetching():
+    for ref in ("https://example.com/other.json#/a", "http://json-schema.org/draft-99/schema#", "file:///etc/passwd"):
+        with pytest.raises(ConstraintError, match="cannot resolve remote reference.*nothing is fetched"):
+            schema_to_dfa({"type": "object", "properties": {"a": {"$ref": ref}}})

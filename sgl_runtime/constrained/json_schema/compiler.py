@@ -172,7 +172,7 @@ class _Compiler:
         self.ref_counts: dict[int, int] = {}
         self.cache: dict = {}
         self.scope: list[str] = []  # dynamic scope: base URIs of the resources entered, outermost first
-        self.dynamic = '"$dynamicRef"' in json.dumps(root)
+        self.dynamic = self.refs.dynamic  # dynamic scope matters (also when a metaschema brings $dynamicRef)
         self.synthesized: list = []
         self.in_branch = 0  # > 0 while compiling subschemas of allOf/anyOf/oneOf/not/if/dependentSchemas
         # unevaluated* case splits multiply with wider wildcards past the work budget: those schemas keep

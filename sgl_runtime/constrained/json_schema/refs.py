@@ -1,14 +1,19 @@
 """Resolution of `$ref` inside one schema document: JSON pointers, `$anchor`s and embedded `$id`s.
 
-Remote references (anything not defined inside the given schema, including metaschemas)
-raise ConstraintError: there is no network access at compile time.
+Besides the given schema, the official json-schema.org metaschemas (draft-04 to 2020-12, with the
+vocabulary metaschemas of 2019-09 and 2020-12) resolve offline, from the copies the jsonschema
+package ships (jsonschema-specifications); each is read as the draft it declares. Any other remote
+reference raises ConstraintError: nothing is fetched or read from disk at compile time.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from urllib.parse import unquote, urldefrag, urljoin
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.drafts import to_latest
 
 _DEFAULT_BASE = "https://sgl.invalid/root-schema"
 _NOT_SCHEMAS = ("enum", "const", "examples", "default")
@@ -24,7 +29,23 @@ class RefResolver:
         self.resources: dict[str, object] = {}
         self.anchors: dict[str, object] = {}
         self.dynamic_anchors: dict[str, object] = {}
+        self._refs: list[tuple[str, str]] = []  # (reference, base URI) of every $ref / $dynamicRef met
         self._index(root, _DEFAULT_BASE)
+        self.dynamic = '"$dynamicRef"' in json.dumps(root)
+        self._load_metaschemas()
+
+    def _load_metaschemas(self) -> None:
+        """Index each official metaschema the documents refer to (and those it refers to)."""
+        while self._refs:
+            ref, base = self._refs.pop()
+            url = urldefrag(_join(base, ref))[0]
+            if url in self.resources:
+                continue
+            known = _metaschema(url)
+            if known is not None:
+                self.dynamic = self.dynamic or '"$dynamicRef"' in json.dumps(known)
+                self._index(known, url)
+                self.resources[url] = self.resources.get(url, known)
 
     def _index(self, node, base: str, names_schemas: bool = False) -> None:
         """names_schemas: `node` maps names to schemas (properties, $defs...), so a key such as
@@ -51,6 +72,9 @@ class RefResolver:
                 self.anchors.setdefault(f"{base}#{node[key]}", node)
         if isinstance(node.get("$dynamicAnchor"), str):
             self.dynamic_anchors.setdefault(f"{base}#{node['$dynamicAnchor']}", node)
+        for key in ("$ref", "$dynamicRef"):
+            if isinstance(node.get(key), str):
+                self._refs.append((node[key], base))
         for key, value in node.items():
             if key not in _NOT_SCHEMAS:
                 self._index(value, base, key in _SCHEMA_MAPS)
@@ -64,7 +88,10 @@ class RefResolver:
         doc_url, fragment = urldefrag(target)
         doc = self.resources.get(doc_url)
         if doc is None:
-            raise ConstraintError(f"$ref: cannot resolve remote reference {ref!r}")
+            raise ConstraintError(
+                f"$ref: cannot resolve remote reference {ref!r} (only references inside the schema and to "
+                "the json-schema.org metaschemas resolve; nothing is fetched)"
+            )
         if not fragment:
             return doc
         if fragment.startswith("/"):
@@ -103,6 +130,21 @@ class RefResolver:
             else:
                 raise ConstraintError(f"$ref: pointer {ref!r} does not resolve")
         return node
+
+
+def _metaschema(url: str):
+    """The official metaschema at `url` (http or https), rewritten to draft 2020-12; None if unknown."""
+    if "json-schema.org/" not in url:
+        return None
+    from jsonschema_specifications import REGISTRY
+
+    for candidate in (url, url.replace("https://", "http://", 1), url.replace("http://", "https://", 1)):
+        try:
+            contents = REGISTRY.contents(candidate)
+        except LookupError:
+            continue
+        return to_latest(copy.deepcopy(contents))
+    return None
 
 
 def _join(base: str, ref: str) -> str:
