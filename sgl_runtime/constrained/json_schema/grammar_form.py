@@ -29,6 +29,8 @@ from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
+from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED, merged_object
+from sgl_runtime.constrained.json_schema.objects import TOO_MANY_TRACKED
 from sgl_runtime.constrained.json_schema.presence import presence
 from sgl_runtime.constrained.json_schema.schema_grammar import SchemaGrammar
 from sgl_runtime.constrained.json_schema.shapes import (
@@ -54,7 +56,13 @@ LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
 LEAF_EXPANSION_STATES = 60_000  # byte states of a terminal's UTF-8 expansion, before minimisation
 MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
 # the size refusals of the flat compiler (automata.py, byte_dfa.py) and of this module
-_TOO_BIG = ("JSON Schema too complex", "JSON Schema automaton too large", "constraint too large", "JSON Schema grammar")
+_TOO_BIG = (
+    "JSON Schema too complex",
+    "JSON Schema automaton too large",
+    "constraint too large",
+    "JSON Schema grammar",
+    TOO_MANY_TRACKED,  # in exact mode (under oneOf, not, if): rules need no key order
+)
 _NOFLAT = object()
 _PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _COMPLEMENTS = {
@@ -312,6 +320,10 @@ class GrammarBuilder:
                 return None
             own = any(k in schema for k in own_keywords)
             return grammar_rules.array_rule(self, schema) if own else grammar_rules.free_form(self, c)
+        if c == OBJECT and (len(parts) > 1 or len(nontrivial) > 1):
+            merged = merged_object(self, schema)
+            if merged is not NOT_MERGED:
+                return merged
         if len(parts) > 1:
             raise ConstraintError(
                 f"{' and '.join(parts)}: the grammar form cannot combine these constraints on {c}s "

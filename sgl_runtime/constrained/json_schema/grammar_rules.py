@@ -14,7 +14,6 @@ from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
 from sgl_runtime.constrained.json_schema.strings import (
-    pattern_content,
     string_dfa,
     string_literal,
 )
@@ -45,11 +44,12 @@ def free_form(b, c: str) -> str:
 MAX_CONDITION_BITS = 12
 
 
-def object_rule(b, schema: dict, condition=None) -> str | None:
-    """`{` members `}` for the object keywords of `schema` (None: no valid object); `condition`:
-    (predicate over the set of present keys and value facts, the keys it reads, its value tests
-    {fact: (key, subschema)}: presence.py), checked where the object closes."""
-    spec = _ObjectSpec(b.comp, schema, 0, b.mode)
+def object_rule(b, schema: dict | list[dict], condition=None, mode: int | None = None) -> str | None:
+    """`{` members `}` for the object keywords of `schema` (or of all of a list of schemas:
+    object_merge.py) (None: no valid object); `condition`: (predicate over the set of present keys
+    and value facts, the keys it reads, its value tests {fact: (key, subschema)}: presence.py),
+    checked where the object closes."""
+    spec = _ObjectSpec(b.comp, schema, 0, b.mode if mode is None else mode)
     fixed_bits: dict = {}
     fact_bits: dict = {}
     if condition is not None:
@@ -76,11 +76,7 @@ def _named_options(b, spec, key: str, condition, fact_bits: dict) -> list:
     condition's tests of that key (value_tests.py)."""
     if spec.names is not None and not spec.names.accepts(string_literal(key)):
         return []
-    parts = [spec.props[key]] if key in spec.props else []
-    parts += [s for p, s in spec.patterns.items() if pattern_content(p).accepts(key)]
-    if key not in spec.props and len(parts) == 0:
-        parts.append(spec.additional)
-    value = b.all_of(parts)
+    value = b.all_of(spec.value_parts(key))
     facts = [(fact, sub) for fact, (k, sub) in (condition[2].items() if condition else ()) if k == key]
     if facts:
         return value_options(b, key, value, facts, fact_bits)

@@ -26,6 +26,7 @@ MAX_TRACKED_KEYS = 8  # exact mode: keys accepted in any order (2**n seen-sets)
 MAX_FREE_ORDER_KEYS = 4  # normal mode: beyond this, undeclared required keys go in `required` order
 MAX_PATTERN_PROPERTIES = 32
 MAX_PATTERN_CELLS = 64  # ways an undeclared key can meet the patterns (each a key class of its own)
+TOO_MANY_TRACKED = f"object: more than {MAX_TRACKED_KEYS} keys must be accepted in any order"  # a size refusal
 
 
 def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
@@ -42,23 +43,43 @@ def _get(schema: dict, key: str, kind, default):
 
 
 class _ObjectSpec:
-    def __init__(self, comp, schema: dict, level: int, mode: int) -> None:
+    """The object keywords of `schema`, or of all of a list of schemas (their conjunction: each
+    key's value must satisfy what every one of them says about that key)."""
+
+    def __init__(self, comp, schema: dict | list[dict], level: int, mode: int) -> None:
         self.comp, self.level, self.mode = comp, level, mode
         exact = mode == EXACT
-        self.props = _get(schema, "properties", dict, {})
-        self.required = list(dict.fromkeys(_get(schema, "required", list, [])))
-        self.additional = schema.get("additionalProperties", True)
-        self.patterns = _get(schema, "patternProperties", dict, {})
-        self.deps = _get(schema, "dependentRequired", dict, {})
-        if any(not isinstance(v, list) or not all(isinstance(x, str) for x in v) for v in self.deps.values()):
-            raise ConstraintError("dependentRequired: each value must be a list of property names")
+        conjuncts = schema if isinstance(schema, list) else [schema]
+        # per conjunct: (properties, patternProperties, additionalProperties)
+        self.parts = [
+            (
+                _get(c, "properties", dict, {}),
+                _get(c, "patternProperties", dict, {}),
+                c.get("additionalProperties", True),
+            )
+            for c in conjuncts
+        ]
+        self.props: dict = {}  # every declared key, in the order of its first declaration
+        for props, _, _ in self.parts:
+            for key, value in props.items():
+                self.props.setdefault(key, value)
+        self.required = list(dict.fromkeys(k for c in conjuncts for k in _get(c, "required", list, [])))
+        self.deps: dict = {}
+        for c in conjuncts:
+            for key, needs in _get(c, "dependentRequired", dict, {}).items():
+                if not isinstance(needs, list) or not all(isinstance(x, str) for x in needs):
+                    raise ConstraintError("dependentRequired: each value must be a list of property names")
+                self.deps[key] = list(dict.fromkeys(self.deps.get(key, []) + needs))
         if not all(isinstance(k, str) for k in self.required):
             raise ConstraintError("required: expected a list of property names")
-        self.min_props = count_keyword(schema, "minProperties", 0)
-        self.max_props = count_keyword(schema, "maxProperties", None)
-        names = schema.get("propertyNames")
-        self.names = None if names is None else intersect(comp.compile(names, level + 1, mode), string_dfa())
-        if len(self.patterns) > MAX_PATTERN_PROPERTIES:
+        self.min_props = max(count_keyword(c, "minProperties", 0) for c in conjuncts)
+        bounds = [count_keyword(c, "maxProperties", None) for c in conjuncts]
+        self.max_props = min((b for b in bounds if b is not None), default=None)
+        names = [c["propertyNames"] for c in conjuncts if "propertyNames" in c]
+        self.names = None
+        if names:
+            self.names = intersect(*(comp.compile(n, level + 1, mode) for n in names), string_dfa())
+        if sum(len(patterns) for _, patterns, _ in self.parts) > MAX_PATTERN_PROPERTIES:
             raise ConstraintError(f"patternProperties: at most {MAX_PATTERN_PROPERTIES} patterns are supported")
         dep_keys = set(self.deps) | {k for v in self.deps.values() for k in v}
         named = list(self.props) + [k for k in self.required + sorted(dep_keys) if k not in self.props]
@@ -68,18 +89,23 @@ class _ObjectSpec:
             self.tracked = [k for k in self.tracked if k in dep_keys]
         self.fixed = [k for k in self.named if k not in self.tracked]
         if len(self.tracked) > MAX_TRACKED_KEYS:
-            raise ConstraintError(f"object: more than {MAX_TRACKED_KEYS} keys must be accepted in any order")
+            raise ConstraintError(TOO_MANY_TRACKED)
 
     # ----------------------------------------------------------------- pieces
+    def value_parts(self, key: str) -> list:
+        """The schemas the value of the named `key` must satisfy: per conjunct, its `properties`
+        entry and the patternProperties matching the key, or else its additionalProperties."""
+        out = []
+        for props, patterns, additional in self.parts:
+            matched = [s for p, s in patterns.items() if pattern_content(p).accepts(key)]
+            out += ([props[key]] if key in props else []) + matched
+            if key not in props and not matched:
+                out.append(additional)
+        kept = [s for s in out if s is not True]
+        return kept or [True]
+
     def value_for(self, key: str) -> Dfa:
-        parts = []
-        if key in self.props:
-            parts.append(self.props[key])
-        matched = [s for p, s in self.patterns.items() if pattern_content(p).accepts(key)]
-        parts += matched
-        if key not in self.props and not matched:
-            parts.append(self.additional)
-        return intersect(*(self.comp.compile(p, self.level + 1, self.mode) for p in parts))
+        return intersect(*(self.comp.compile(p, self.level + 1, self.mode) for p in self.value_parts(key)))
 
     def pair_for(self, key: str) -> list[tuple[Dfa, Dfa]]:
         """[(key DFA, value DFA)]: the ways a pair for the named key can be written."""
@@ -92,9 +118,9 @@ class _ObjectSpec:
         """Each way an undeclared key can meet the patternProperties: (chosen pattern indices, the schemas its
         value must satisfy, the key contents matching exactly those patterns), for the ways some key takes
         (the cells of the patterns' Venn diagram that are not empty: one per pattern when they are disjoint)."""
-        pats = list(self.patterns.items())
+        pats = [(n, p, s) for n, (_, patterns, _) in enumerate(self.parts) for p, s in patterns.items()]
         cells = [((), any_content())]
-        for i, (pattern, _) in enumerate(pats):
+        for i, (_, pattern, _) in enumerate(pats):
             content = pattern_content(pattern)
             split = []
             for chosen, cell in cells:
@@ -103,7 +129,11 @@ class _ObjectSpec:
             if len(cells) > MAX_PATTERN_CELLS:
                 raise ConstraintError(f"patternProperties: the patterns overlap in more than {MAX_PATTERN_CELLS} ways")
         for chosen, content in cells:
-            yield chosen, [pats[i][1] for i in chosen] or [self.additional], content
+            schemas = []
+            for n, (_, _, additional) in enumerate(self.parts):
+                mine = [pats[i][2] for i in chosen if pats[i][0] == n]
+                schemas += mine or [additional]
+            yield chosen, [s for s in schemas if s is not True] or [True], content
 
     def extra_keys(self, content: Dfa) -> Dfa:
         """The quoted keys with these contents that no `properties` entry names, within propertyNames."""

@@ -25,17 +25,44 @@ def _resolve(schema, resolver, hops: int = 0):
     return schema if isinstance(schema, dict) else None
 
 
+def _declared(schema, resolver) -> dict:
+    """Declared keys -> their first declaring subschema, in the order the compiler writes them: the
+    schema's own `properties`, then its `$ref` target's, then each `allOf` member's, depth first."""
+    out: dict = {}
+    seen: set = set()
+
+    def visit(node, hops: int) -> None:
+        if not isinstance(node, dict) or id(node) in seen or hops > 64:
+            return
+        seen.add(id(node))
+        props = node.get("properties")
+        for key, sub in props.items() if isinstance(props, dict) else ():
+            out.setdefault(key, sub)
+        if isinstance(node.get("$ref"), str):
+            try:
+                visit(resolver.resolve(node["$ref"], node), hops + 1)
+            except ValueError:
+                pass
+        for member in node.get("allOf") if isinstance(node.get("allOf"), list) else ():
+            visit(member, hops + 1)
+
+    visit(schema, 0)
+    return out
+
+
 def _ordered(value, schema, resolver, depth: int):
-    schema = _resolve(schema, resolver) if resolver is not None and depth < 64 else None
+    if resolver is None or depth >= 64:
+        schema = None
     if isinstance(value, dict):
-        props = schema.get("properties", {}) if schema else {}
-        props = props if isinstance(props, dict) else {}
+        props = _declared(schema, resolver) if schema is not None else {}
+        resolved = _resolve(schema, resolver) if schema is not None else None
         keys = [k for k in props if k in value] + [k for k in value if k not in props]
         out = {}
         for k in keys:
-            sub = props.get(k) if k in props else (schema or {}).get("additionalProperties")
+            sub = props.get(k) if k in props else (resolved or {}).get("additionalProperties")
             out[k] = _ordered(value[k], sub, resolver, depth + 1)
         return out
+    schema = _resolve(schema, resolver) if schema is not None else None
     if isinstance(value, list):
         prefix = (schema or {}).get("prefixItems", [])
         prefix = prefix if isinstance(prefix, list) else []
