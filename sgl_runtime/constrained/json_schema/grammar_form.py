@@ -113,6 +113,9 @@ class GrammarBuilder:
         self._count = 0
         self.checks: list[str] = []  # what shares a position between rules (object_union.py, value_tests.py):
         # build then checks the grammar
+        self.value_tests_used = 0  # objects whose conditions became value tests (value_tests.py)
+        self.distribute_first = False  # object_merge.py: anyOf/oneOf over objects as object rules of their own
+        # first, before value tests (a retry when the grammar could not tell value tests apart)
 
     # ------------------------------------------------------------------ output
     def build(self, schema) -> SchemaGrammar:
@@ -306,6 +309,10 @@ class GrammarBuilder:
         applicators = [p for p in parts if p not in own_keywords]
         condition = self.presence_condition(schema, applicators, c)
         untested = ""
+        if condition is not None and c == OBJECT and condition[2] and self.distribute_first:
+            merged = merged_object(self, schema)  # anyOf/oneOf branches as object rules of their own
+            if merged is not NOT_MERGED:
+                return merged
         if condition is not None and c == OBJECT:
             try:
                 symbol = grammar_rules.object_rule(self, schema, condition)
@@ -314,6 +321,7 @@ class GrammarBuilder:
             else:
                 if condition[2]:
                     self.checks.append(f"{'/'.join(applicators)} (value tests)")
+                    self.value_tests_used += 1
                 return symbol
         if condition is not None:  # on arrays such conditions are constant
             if not condition[0](frozenset()):

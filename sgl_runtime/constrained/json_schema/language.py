@@ -32,6 +32,7 @@ from sgl_runtime.constrained.json_schema.grammar_form import (
 )
 from sgl_runtime.constrained.json_schema.long_strings import has_long_strings
 from sgl_runtime.constrained.json_schema.refs import RefResolver
+from sgl_runtime.constrained.json_schema.schema_grammar import is_ambiguity_refusal
 from sgl_runtime.constrained.json_schema.shapes import Shapes
 from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
 
@@ -105,6 +106,20 @@ def schema_to_grammar(
         comp = _Compiler(latest, tokens, lenient, 3, 3)
         try:
             mode = NORMAL if key_order == "properties" else FREE_ORDER
-            return GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states)).build(latest)
+            builder = GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states))
+            try:
+                return builder.build(latest)
+            except ConstraintError as exc:
+                if not (builder.value_tests_used and is_ambiguity_refusal(exc)):
+                    raise
+                first = exc
+            # value tests the grammar could not tell apart: anyOf/oneOf over objects as object rules
+            # of their own instead, where object_merge.py can say them so
+            builder = GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states))
+            builder.distribute_first = True
+            try:
+                return builder.build(latest)
+            except ConstraintError:
+                raise first from None  # the first attempt's refusal names the value tests
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None

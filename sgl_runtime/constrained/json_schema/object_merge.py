@@ -10,19 +10,24 @@ dependentSchemas over `required` and value tests, presence.py), is checked where
 as for a single schema. Anything else on the way (`enum`, `const`, unevaluatedProperties,
 `$dynamicRef`) leaves the schema to the other rules of grammar_form.py.
 
+An `anyOf`/`oneOf` over objects among those places, or if/then/else conditions that all test one key's
+string value (a discriminator: `allOf: [{"if": {"properties": {"Type": {"const": "Choice"}}}, "then":
+{"$ref": ...}}, ...]`), split the object into alternatives, one object rule each (oneOf needs its
+alternatives to exclude each other by their keys, as in object_union.py), and the grammar is then
+checked as for object alternatives.
+
 Declared keys are written in the order of their first declaration: the schema's own `properties`,
-then its `$ref` target's, then each `allOf` member's (depth first); with at most four of them any
-order is accepted, as for objects constrained in several places in the one-automaton form.
+then its `$ref` target's, then each `allOf` member's (depth first), then an alternative's.
 """
 
 from __future__ import annotations
 
 from sgl_runtime.constrained.json_schema.presence import presence
-from sgl_runtime.constrained.json_schema.shapes import DYNAMIC, OBJECT, OBJECT_KEYWORDS, members
+from sgl_runtime.constrained.json_schema.shapes import DYNAMIC, OBJECT, OBJECT_KEYWORDS, literals, members
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
-from sgl_runtime.constrained.json_schema.values import FREE_ORDER
 
 NOT_MERGED = object()
+MAX_ALTERNATIVES = 32  # object rules one schema may distribute into (allOf over anyOf/oneOf branches)
 _CONDITIONS = ("anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _ELSEWHERE = ("enum", "const", "unevaluatedProperties", *DYNAMIC)
 
@@ -65,25 +70,62 @@ def conjuncts(shapes, schema) -> tuple[list, list]:
 def merged_object(b, schema: dict):
     """The object rule of `schema`'s objects as one conjunction (None: no valid object), or
     NOT_MERGED when they are constrained by more than object keywords and key conditions."""
-    from sgl_runtime.constrained.json_schema.grammar_rules import object_rule
-
     try:
         found, conditions = conjuncts(b.shapes, schema)
     except _Elsewhere:
         return NOT_MERGED
-    if not found:
+    if not found and not conditions:
         return NOT_MERGED
+    return _merged(b, found or [b.shapes.keep({})], conditions, [MAX_ALTERNATIVES])
+
+
+def _merged(b, found: list, conditions: list, budget: list):
+    if b.distribute_first:
+        symbol = _distributed(b, found, conditions, budget)
+        return symbol if symbol is not NOT_MERGED else _conjunction(b, found, conditions)
+    symbol = _conjunction(b, found, conditions)
+    return symbol if symbol is not NOT_MERGED else _distributed(b, found, conditions, budget)
+
+
+def _conjunction(b, found: list, conditions: list):
+    from sgl_runtime.constrained.json_schema.grammar_rules import object_rule
+
     condition = _condition(b, conditions)
     if condition is NOT_MERGED:
         return NOT_MERGED
     assert condition is None or isinstance(condition, tuple)
     try:
-        symbol = object_rule(b, found, condition, mode=max(b.mode, FREE_ORDER))
+        symbol = object_rule(b, found, condition)
     except ValueTestsRefused:
         return NOT_MERGED
     if condition is not None and condition[2]:
         b.checks.append("allOf (value tests)")
+        b.value_tests_used += 1
     return symbol
+
+
+def _distributed(b, found: list, conditions: list, budget: list):
+    """allOf(X, anyOf/oneOf[B1..Bn]) as the alternatives allOf(X, Bi), one object rule each, where
+    the conditions' first anyOf/oneOf over objects is what the conjunction could not say. oneOf
+    needs its alternatives to exclude each other by their keys (object_union.exclusive), as for
+    object alternatives on their own; the grammar is then checked like theirs."""
+    from sgl_runtime.constrained.json_schema.object_union import exclusive
+
+    cases = _cases_by_value(b, found, conditions)
+    if cases is not None:
+        return _union(b, found, cases, budget, "if")
+    for index, (node, keywords) in enumerate(conditions):
+        parts = [k for k in ("anyOf", "oneOf") if k in keywords]
+        if len(parts) != 1:
+            continue
+        part = parts[0]
+        branches = [x for x in members(node, part) if OBJECT in b.shapes.admits(x)]
+        if part == "oneOf" and not exclusive(b, branches):
+            return NOT_MERGED
+        others = {k: v for k, v in keywords.items() if k != part}
+        rest = conditions[:index] + ([(node, others)] if others else []) + conditions[index + 1 :]
+        return _union(b, found, [([branch], rest) for branch in branches], budget, part)
+    return NOT_MERGED
 
 
 def _condition(b, conditions: list) -> object:
@@ -101,3 +143,115 @@ def _condition(b, conditions: list) -> object:
     tests: dict = {}
     predicate = presence(b.shapes, whole, keys, category=OBJECT, tests=tests)
     return NOT_MERGED if predicate is None else (predicate, keys, tests)
+
+
+_IF_KEYWORDS = ("properties", "required", "type", "$comment", "title", "description")
+_ABSENT, _OTHER = object(), object()  # the cases besides the tested values: key absent, another value
+
+
+def _tested_key(schema):
+    """(key, strings, holds when absent) when `schema` (an `if`) holds exactly when that key has one
+    of those string values, or is absent if so marked: {"properties": {K: {"const"/"enum": ...}}}
+    (with "required": [K]: not when absent), or anyOf/oneOf of those and {"not": {"required": [K]}}."""
+    if not isinstance(schema, dict):
+        return None
+    for part in ("anyOf", "oneOf"):
+        if part in schema and set(schema) <= {part, "$comment"} and isinstance(schema[part], list):
+            tests = [_tested_key(s) for s in schema[part]]
+            keys = {t[0] for t in tests if t is not None}
+            if None in tests or len(keys) != 1:
+                return None
+            values = [v for t in tests for v in t[1]]
+            absent = [t[2] for t in tests]
+            if part == "oneOf" and (len(set(values)) < len(values) or sum(absent) > 1):
+                return None  # overlapping alternatives: oneOf would reject where both hold
+            return keys.pop(), list(dict.fromkeys(values)), any(absent)
+    if set(schema) == {"not"} and isinstance(schema["not"], dict) and set(schema["not"]) == {"required"}:
+        required = schema["not"]["required"]
+        return (required[0], [], True) if isinstance(required, list) and len(required) == 1 else None
+    props = schema.get("properties")
+    if any(k not in _IF_KEYWORDS for k in schema) or schema.get("type", "object") != "object":
+        return None
+    if not isinstance(props, dict) or len(props) != 1:
+        return None
+    ((key, test),) = props.items()
+    values = literals(test) if isinstance(test, dict) and set(test) <= {"const", "enum"} else None
+    if not values or not all(isinstance(v, str) for v in values):
+        return None
+    required = schema.get("required", [])
+    if required not in ([], [key]):
+        return None
+    return key, list(dict.fromkeys(values)), not required
+
+
+def _cases_by_value(b, found: list, conditions: list):
+    """if/then/else conditions that all test one key's string value (a discriminator written as
+    `allOf: [{"if": {..."Type": {"const": "Choice"}...}, "then": {"$ref": ...}}, ...]`), as one
+    case per tested value, one for the other values and one for the key's absence:
+    [(extra schemas, conditions left)]."""
+    tested = []
+    for index, (_, keywords) in enumerate(conditions):
+        if "if" in keywords:
+            test = keywords["if"]
+            found_key = _tested_key(b.shapes.target(test) if _is_ref(test) else test)
+            if found_key is None:
+                return None
+            tested.append((index, found_key))
+    if not tested or len({key for _, (key, _, _) in tested}) != 1:
+        return None
+    key = tested[0][1][0]
+    rest = [(n, {k: v for k, v in kw.items() if k not in ("if", "then", "else")}) for n, kw in conditions]
+    rest = [(n, kw) for n, kw in rest if kw]
+    every = list(dict.fromkeys(v for _, (_, values, _) in tested for v in values))
+    required = any(key in (c.get("required") or []) for c in found)
+    cases = []
+    for value in [*every, _OTHER] + ([] if required else [_ABSENT]):
+        if value is _ABSENT:
+            test = b.shapes.keep({"not": {"required": [key]}})
+        elif value is _OTHER:
+            test = b.shapes.keep({"properties": {key: {"not": {"enum": every}}}, "required": [key]})
+        else:
+            test = b.shapes.keep({"properties": {key: {"const": value}}, "required": [key]})
+        extra = [test]
+        for index, (_, values, absent) in tested:
+            holds = absent if value is _ABSENT else value in values
+            branch = conditions[index][1].get("then" if holds else "else")
+            if branch is not None:
+                extra.append(branch)
+        cases.append((extra, rest))
+    return cases
+
+
+def _is_ref(schema) -> bool:
+    return isinstance(schema, dict) and set(schema) == {"$ref"}
+
+
+def _union(b, found: list, cases: list, budget: list, part: str):
+    """One object rule per case (extra schemas beside `found`, the conditions left) and a rule
+    choosing between them; NOT_MERGED where a case cannot be merged."""
+    budget[0] -= len(cases)
+    if budget[0] < 0:
+        return NOT_MERGED
+    symbols: list = []
+    for extra, rest in cases:
+        more: list = []
+        more_conditions: list = []
+        for schema in extra:
+            try:
+                f, c = conjuncts(b.shapes, schema)
+            except _Elsewhere:
+                if schema is False or (isinstance(schema, dict) and OBJECT not in b.shapes.admits(schema)):
+                    break  # this case admits no object
+                return NOT_MERGED
+            more += f
+            more_conditions += c
+        else:
+            symbol = _merged(b, found + [m for m in more if m not in found], rest + more_conditions, budget)
+            if symbol is NOT_MERGED:
+                return NOT_MERGED
+            if symbol is not None and symbol not in symbols:
+                symbols.append(symbol)
+    if len(symbols) <= 1:
+        return symbols[0] if symbols else None
+    b.checks.append(part)
+    return b.rule([[s] for s in symbols])

@@ -28,15 +28,12 @@ def object_union(b, part: str, branches: list) -> str:
     """The rule for the objects of `part` (anyOf or oneOf) over `branches` (ConstraintError where
     oneOf's alternatives may overlap)."""
     targets = [_resolved(b, branch) for branch in branches]
-    if part == "oneOf":
-        for i, x in enumerate(targets):
-            for y in targets[i + 1 :]:
-                if not (_excludes(b, x, y) or _excludes(b, y, x)):
-                    raise ConstraintError(
-                        f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
-                        "they exclude each other (it needs, per pair, a key one requires and the other forbids, "
-                        "or a required key with different const/enum strings)"
-                    )
+    if part == "oneOf" and not exclusive(b, targets):
+        raise ConstraintError(
+            f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
+            "they exclude each other (it needs, per pair, a key one requires and the other forbids, "
+            "or a required key with different const/enum strings)"
+        )
     symbols = []
     for target in targets:
         symbol = b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT}))
@@ -46,6 +43,12 @@ def object_union(b, part: str, branches: list) -> str:
         return symbols[0] if symbols else None
     b.checks.append(part)
     return b.rule([[s] for s in symbols])
+
+
+def exclusive(b, branches: list) -> bool:
+    """Whether no object satisfies two of `branches`, by the keys they require."""
+    targets = [_resolved(b, branch) for branch in branches]
+    return all(_excludes(b, x, y) or _excludes(b, y, x) for i, x in enumerate(targets) for y in targets[i + 1 :])
 
 
 def _resolved(b, schema):

@@ -13,6 +13,11 @@ from typing import Any
 from sgl_runtime.constrained.errors import ConstraintError
 
 
+def is_ambiguity_refusal(exc: ValueError) -> bool:
+    """Whether a built grammar failed its check (SchemaGrammar.check): alternatives it cannot tell apart."""
+    return "cannot tell the alternatives apart" in str(exc)
+
+
 @dataclass
 class SchemaGrammar:
     """A lark grammar whose terminals are placeholders for the automata in `terminals`."""
