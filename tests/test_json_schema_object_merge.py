@@ -304,3 +304,28 @@ def test_a_member_beyond_object_keywords_is_left_to_the_other_rules():
     language = compile_schema(schema)  # the enum makes it one automaton
     assert language.accepts('{"a":1}') and not language.accepts('{"a":2}')
     assert json.loads('{"b":[2]}') in schema["allOf"][1]["enum"]
+
+
+def test_the_key_that_tells_if_then_cases_apart_is_written_first(merges):
+    schema = {
+        "$defs": {
+            "X": {
+                "properties": {"a": {}, "kind": {}, "n": {"type": "integer"}},
+                "required": ["n"],
+                "additionalProperties": False,
+            }
+        },
+        "type": "object",
+        "properties": {"a": {}, "kind": {"type": "string"}},
+        "required": ["kind"],
+        "allOf": [
+            {"if": {"properties": {"kind": {"const": "x"}}}, "then": {"$ref": "#/$defs/X"}},
+            {"if": {"properties": {"kind": {"const": "y"}}}, "then": {"properties": {"a": {"type": "array"}}}},
+        ],
+    }
+    language = compile_schema(schema)
+    assert isinstance(language, SchemaGrammar) and merges
+    assert language.accepts('{"kind":"x","a":{"deep":[{}]},"n":1}') and not language.accepts('{"kind":"x","a":1}')
+    assert language.accepts('{"kind":"y","a":[[]]}') and not language.accepts('{"kind":"y","a":{}}')
+    assert language.accepts('{"kind":"z","a":{}}')
+    assert not language.accepts('{"a":[],"kind":"y"}')  # kind first: its value token picks the case

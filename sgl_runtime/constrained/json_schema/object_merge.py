@@ -17,7 +17,8 @@ alternatives to exclude each other by their keys, as in object_union.py), and th
 checked as for object alternatives.
 
 Declared keys are written in the order of their first declaration: the schema's own `properties`,
-then its `$ref` target's, then each `allOf` member's (depth first), then an alternative's.
+then its `$ref` target's, then each `allOf` member's (depth first), then an alternative's; a key
+whose value tells if/then cases apart comes first.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _distributed(b, found: list, conditions: list, budget: list):
 
     cases = _cases_by_value(b, found, conditions)
     if cases is not None:
-        return _union(b, found, cases, budget, "if")
+        return _union(b, found, cases, budget, "if", lead=True)
     for index, (node, keywords) in enumerate(conditions):
         parts = [k for k in ("anyOf", "oneOf") if k in keywords]
         if len(parts) != 1:
@@ -226,9 +227,11 @@ def _is_ref(schema) -> bool:
     return isinstance(schema, dict) and set(schema) == {"$ref"}
 
 
-def _union(b, found: list, cases: list, budget: list, part: str):
+def _union(b, found: list, cases: list, budget: list, part: str, lead: bool = False):
     """One object rule per case (extra schemas beside `found`, the conditions left) and a rule
-    choosing between them; NOT_MERGED where a case cannot be merged."""
+    choosing between them; NOT_MERGED where a case cannot be merged. lead: the first extra schema
+    (the tested key's value) comes first, so the key is written first and its value token tells
+    the cases apart from the start."""
     budget[0] -= len(cases)
     if budget[0] < 0:
         return NOT_MERGED
@@ -246,7 +249,9 @@ def _union(b, found: list, cases: list, budget: list, part: str):
             more += f
             more_conditions += c
         else:
-            symbol = _merged(b, found + [m for m in more if m not in found], rest + more_conditions, budget)
+            first = more[:1] if lead and extra[0] in more[:1] else []
+            merged = first + found + [m for m in more if m not in found and m not in first]
+            symbol = _merged(b, merged, rest + more_conditions, budget)
             if symbol is NOT_MERGED:
                 return NOT_MERGED
             if symbol is not None and symbol not in symbols:
