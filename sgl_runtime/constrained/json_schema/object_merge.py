@@ -232,6 +232,8 @@ def _union(b, found: list, cases: list, budget: list, part: str, lead: bool = Fa
     choosing between them; NOT_MERGED where a case cannot be merged. lead: the first extra schema
     (the tested key's value) comes first, so the key is written first and its value token tells
     the cases apart from the start."""
+    from sgl_runtime.constrained.json_schema.object_union import choice
+
     budget[0] -= len(cases)
     if budget[0] < 0:
         return NOT_MERGED
@@ -254,9 +256,5 @@ def _union(b, found: list, cases: list, budget: list, part: str, lead: bool = Fa
             symbol = _merged(b, merged, rest + more_conditions, budget)
             if symbol is NOT_MERGED:
                 return NOT_MERGED
-            if symbol is not None and symbol not in symbols:
-                symbols.append(symbol)
-    if len(symbols) <= 1:
-        return symbols[0] if symbols else None
-    b.checks.append(part)
-    return b.rule([[s] for s in symbols])
+            symbols.append(symbol)
+    return choice(b, part, symbols)

@@ -36,13 +36,18 @@ def object_union(b, part: str, branches: list) -> str:
         )
     symbols = []
     for target in targets:
-        symbol = b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT}))
-        if symbol is not None and symbol not in symbols:
-            symbols.append(symbol)
-    if len(symbols) <= 1:
-        return symbols[0] if symbols else None
+        symbols.append(b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT})))
+    return choice(b, part, symbols)
+
+
+def choice(b, part: str, symbols: list):
+    """The rule choosing between the distinct `symbols` (None: no object), checked as `part`'s
+    alternatives by GrammarBuilder.build when there are several."""
+    distinct = list(dict.fromkeys(s for s in symbols if s is not None))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else None
     b.checks.append(part)
-    return b.rule([[s] for s in symbols])
+    return b.rule([[s] for s in distinct])
 
 
 def exclusive(b, branches: list) -> bool:
