@@ -251,8 +251,9 @@ def _union(b, found: list, cases: list, budget: list, part: str, lead: bool = Fa
             more += f
             more_conditions += c
         else:
-            first = more[:1] if lead and extra[0] in more[:1] else []
-            merged = first + found + [m for m in more if m not in found and m not in first]
+            first = more[:1] if lead and more[:1] and more[0] is extra[0] else []
+            known = {id(m) for m in first + found}  # by identity: equal schemas under other base URIs differ
+            merged = first + found + [m for m in more if id(m) not in known]
             symbol = _merged(b, merged, rest + more_conditions, budget)
             if symbol is NOT_MERGED:
                 return NOT_MERGED
