@@ -27,15 +27,14 @@ _ANNOTATIONS = ("$ref", "type", "$comment", "title", "description", "markdownDes
 def object_union(b, part: str, branches: list) -> str:
     """The rule for the objects of `part` (anyOf or oneOf) over `branches` (ConstraintError where
     oneOf's alternatives may overlap)."""
-    targets = [_resolved(b, branch) for branch in branches]
-    if part == "oneOf" and not exclusive(b, targets):
+    if part == "oneOf" and not exclusive(b, branches):
         raise ConstraintError(
             f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
             "they exclude each other (it needs, per pair, a key one requires and the other forbids, "
             "or a required key with different const/enum strings)"
         )
     symbols = []
-    for target in targets:
+    for target in (_resolved(b, branch) for branch in branches):
         symbols.append(b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT})))
     return choice(b, part, symbols)
 

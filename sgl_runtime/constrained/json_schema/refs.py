@@ -9,7 +9,7 @@ reference raises ConstraintError: nothing is fetched or read from disk at compil
 from __future__ import annotations
 
 import copy
-import json
+import functools
 from urllib.parse import unquote, urldefrag, urljoin
 
 from sgl_runtime.constrained.errors import ConstraintError
@@ -30,8 +30,8 @@ class RefResolver:
         self.anchors: dict[str, object] = {}
         self.dynamic_anchors: dict[str, object] = {}
         self._refs: list[tuple[str, str]] = []  # (reference, base URI) of every $ref / $dynamicRef met
+        self.dynamic = False  # whether some indexed schema uses $dynamicRef (dynamic scope then matters)
         self._index(root, _DEFAULT_BASE)
-        self.dynamic = '"$dynamicRef"' in json.dumps(root)
         self._load_metaschemas()
 
     def _load_metaschemas(self) -> None:
@@ -43,7 +43,6 @@ class RefResolver:
                 continue
             known = _metaschema(url)
             if known is not None:
-                self.dynamic = self.dynamic or '"$dynamicRef"' in json.dumps(known)
                 self._index(known, url)
                 self.resources[url] = self.resources.get(url, known)
 
@@ -75,6 +74,7 @@ class RefResolver:
         for key in ("$ref", "$dynamicRef"):
             if isinstance(node.get(key), str):
                 self._refs.append((node[key], base))
+        self.dynamic = self.dynamic or isinstance(node.get("$dynamicRef"), str)
         for key, value in node.items():
             if key not in _NOT_SCHEMAS:
                 self._index(value, base, key in _SCHEMA_MAPS)
@@ -132,8 +132,10 @@ class RefResolver:
         return node
 
 
+@functools.lru_cache(maxsize=64)
 def _metaschema(url: str):
-    """The official metaschema at `url` (http or https), rewritten to draft 2020-12; None if unknown."""
+    """The official metaschema at `url` (http or https), rewritten to draft 2020-12; None if unknown.
+    Built once per process and shared: schemas are only read after to_latest."""
     if "json-schema.org/" not in url:
         return None
     from jsonschema_specifications import REGISTRY
@@ -143,7 +145,7 @@ def _metaschema(url: str):
             contents = REGISTRY.contents(candidate)
         except LookupError:
             continue
-        return to_latest(copy.deepcopy(contents))
+        return to_latest(copy.deepcopy(contents))  # a copy of our own, never jsonschema's registry
     return None
 
 
