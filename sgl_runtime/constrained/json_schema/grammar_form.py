@@ -111,11 +111,9 @@ class GrammarBuilder:
         self._typeless: dict = {}
         self._all_of: dict = {}
         self._count = 0
-        self.checks: list[str] = []  # what shares a position between rules (object_union.py, value_tests.py):
-        # build then checks the grammar
+        self.checks: list[str] = []  # what shares a position between rules (object_union.py, value_tests.py)
         self.value_tests_used = 0  # objects whose conditions became value tests (value_tests.py)
-        self.distribute_first = False  # object_merge.py: anyOf/oneOf over objects as object rules of their own
-        # first, before value tests (a retry when the grammar could not tell value tests apart)
+        self.distribute_first = False  # object_merge.py: anyOf/oneOf over objects as object rules first (a retry)
 
     # ------------------------------------------------------------------ output
     def build(self, schema) -> SchemaGrammar:
@@ -171,7 +169,10 @@ class GrammarBuilder:
         return which
 
     def key(self, keys: Dfa, first: bool, ident) -> str:
-        """The token `[,] key :` for the key language `keys` (`ident` names it for sharing)."""
+        """The token `[,] key :` for the key language `keys` (`ident` names it for sharing; the
+        concatenation, costly for large key languages, is built once)."""
+        if ("key", ident, first) in self._terms:
+            return self._terms["key", ident, first][0]
         parts = ([] if first else [self.tokens.comma]) + [keys, self.tokens.colon]
         return self.terminal(concat(*parts), ("key", ident, first))
 
