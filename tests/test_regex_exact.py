@@ -10,6 +10,7 @@ long profile (`REGEX_EXACT_EXAMPLES=20000 python -m pytest tests/test_regex_exac
 import itertools
 import json
 import os
+import random
 import re
 import unicodedata
 
@@ -106,6 +107,27 @@ def test_searched_counted_repeats(pattern):
     dfa = regex_to_dfa(pattern, search=True)
     oracle = re.compile(pattern, re.ASCII)
     for text in TEXTS + ["ab/", "b" * 40 + "/", "aaaaA", "x" * 30 + "aab_"]:
+        assert dfa.accepts(text) == (oracle.search(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"[a-z0-9][\.\-a-z0-9]{1,61}[a-z0-9]",  # a CloudFormation name pattern, unanchored
+        r"a[ab]{2,30}b",
+        r"(?:a|b_)[ab_]{1,20}(?:_|ba)",
+    ],
+)
+def test_searches_stop_tracking_once_matched(pattern):
+    """Once a searched pattern has matched, every continuation is accepted: the subset construction
+    makes one state of all subsets holding such an NFA state, instead of following the counters
+    still running inside them (the first pattern exceeded 200,000 subsets before)."""
+    dfa = regex_to_dfa(pattern, search=True)
+    assert len(dfa.edges) < 200
+    oracle = re.compile(pattern, re.ASCII)
+    rng = random.Random(0)
+    texts = TEXTS + ["".join(rng.choice("ab_.-z9 ") for _ in range(rng.randrange(80))) for _ in range(3000)]
+    for text in texts:
         assert dfa.accepts(text) == (oracle.search(text) is not None), (pattern, text)
 
 

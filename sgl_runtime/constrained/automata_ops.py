@@ -73,7 +73,12 @@ class Nfa:
                 got = closure_memo[states] = frozenset(seen)
             return got
 
+        universal = self._universal(moves, len(part.classes), closure)
+        everything = None  # the one subset standing for all subsets that accept every continuation
+
         first = closure(frozenset({start}))
+        if universal and not first.isdisjoint(universal):
+            everything = first
         index = {first: 0}
         subsets = [first]
         table: list[dict] = []
@@ -100,6 +105,8 @@ class Nfa:
                 groups = [(cids, targets) for targets, cids in by_targets.items()]
             for cids, targets in groups:
                 key = closure(frozenset(targets))
+                if universal and not key.isdisjoint(universal):
+                    everything = key = everything or key
                 j = index.get(key)
                 if j is None:
                     j = index[key] = len(subsets)
@@ -109,6 +116,36 @@ class Nfa:
             table.append(row)
             _check_size(len(subsets), "subset construction")
         return _minimize(table, finals, part)
+
+    def _universal(self, moves: list, classes: int, closure) -> frozenset:
+        """NFA states from which every continuation is accepted: the largest set of states whose
+        closure holds a final state and moves on every character class into the set again (a
+        trailing `.*`). A subset holding one accepts everything, so all such subsets are one DFA
+        state; tracking the rest of each (e.g. counters still running after a searched pattern
+        matched) would only make equivalent subsets, exponentially many of them."""
+        back: dict = defaultdict(list)
+        for q, targets in enumerate(self.eps):
+            for t in targets:
+                back[t].append(q)
+        found, stack = set(self.finals), list(self.finals)  # the states whose closure holds a final
+        while stack:
+            for q in back.get(stack.pop(), ()):
+                if q not in found:
+                    found.add(q)
+                    stack.append(q)
+        changed = True
+        while found and changed:
+            changed = False
+            for q in list(found):
+                covered: set = set()
+                for p in closure(frozenset({q})):
+                    for cids, t in moves[p]:
+                        if t in found:
+                            covered.update(cids)
+                if len(covered) < classes:
+                    found.discard(q)
+                    changed = True
+        return frozenset(found)
 
 
 def concat(*dfas: Dfa) -> Dfa:
