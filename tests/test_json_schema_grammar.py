@@ -475,3 +475,40 @@ def test_key_tokens_are_built_once_per_key_language(monkeypatch):
     ]:
         assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == valid
         assert constraint.accepts(text) == valid, text
+
+
+@pytest.mark.parametrize("schema", [TREE, {"type": "object", "properties": {"a": {}, "b": {"enum": [1, "x"]}}}])
+def test_placeholder_grammars_skip_larks_grammar_parser_with_the_same_tables(schema):
+    """build_lark reads the grammar form's plain BNF itself (lark's grammar parser is the slow part of
+    building a large schema's parser); the LALR tables must be those lark builds from the text."""
+    import lark
+
+    from sgl_runtime.constrained.grammar.source import build_lark, placeholder_grammar
+
+    text = schema_to_grammar(schema).text
+    assert placeholder_grammar(text) is not None
+    direct = build_lark(text, placeholders=True)
+    via_text = lark.Lark(text, parser="lalr", lexer="contextual")
+    assert [str(r) for r in direct.rules] == [str(r) for r in via_text.rules]
+    assert [t.name for t in direct.terminals] == [t.name for t in via_text.terminals]
+    assert _canonical_table(direct) == _canonical_table(via_text)
+    assert placeholder_grammar('start: "x"\n') is None and placeholder_grammar("start: a+\n") is None
+
+
+def _canonical_table(parser) -> list:
+    """The LALR table with states numbered in breadth-first order from the start state."""
+    table = parser.parser.parser.parser.parse_table
+    order, queue, out = {table.start_states["start"]: 0}, [table.start_states["start"]], []
+    while queue:
+        row, actions = table.states[queue.pop(0)], []
+        for symbol in sorted(row):
+            action, arg = row[symbol]
+            if action.name == "Shift":
+                if arg not in order:
+                    order[arg] = len(order)
+                    queue.append(arg)
+                actions.append((symbol, order[arg]))
+            else:
+                actions.append((symbol, str(arg)))
+        out.append(actions)
+    return out
