@@ -199,9 +199,11 @@ def test_options_in_the_grammar_form():
     any_order = schema_to_grammar({**schema, "properties": {"a": {}, "b": {}}}, key_order="any")
     assert any_order.accepts('{"b":1,"a":[[[[[[{}]]]]]],"n":2}') and not any_order.accepts('{"b":1,"b":2,"n":1}')
     unique = {"type": "array", "items": {}, "uniqueItems": True}
+    free = compile_schema(unique)  # free-form items compared as values
+    assert free.accepts('[[[[[[[1]]]]]],[1],{"a":1,"b":2}]') and not free.accepts('[{"a":1,"b":2},{"b":2,"a":1}]')
     with pytest.raises(ConstraintError, match="uniqueItems"):
-        compile_schema(unique)
-    assert schema_to_grammar(unique, lenient=True).accepts("[[[[[[[1]]]]]],[1]]")
+        compile_schema(unique, whitespace=4)
+    assert schema_to_grammar(unique, lenient=True, whitespace=4).accepts("[[[[[[[1]]]]]], [1], [1]]")
 
 
 def test_refusals_name_the_keyword_and_fall_back_to_the_bounded_automaton():

@@ -81,11 +81,12 @@ def test_openai_response_format_extension_and_bad_options(server):
     r = requests.post(f"{server.url}/generate", json=bad, timeout=60)
     assert r.status_code == 400 and "json_schema_options: unknown option(s) indnt" in r.text
     unique = {"type": "array", "items": {"type": "object"}, "uniqueItems": True, "maxItems": 2}  # free-form items
-    strict = {"text": "x", "sampling_params": {"json_schema": unique, "max_new_tokens": 8}}
+    indented = {"json_schema": unique, "max_new_tokens": 8, "json_schema_options": {"indent": 2}}  # not compact
+    strict = {"text": "x", "sampling_params": indented}
     assert requests.post(f"{server.url}/generate", json=strict, timeout=60).status_code == 400
     lenient = {
         "text": "x",
-        "sampling_params": {"json_schema": unique, "max_new_tokens": 8, "json_schema_options": {"lenient": True}},
+        "sampling_params": {**indented, "json_schema_options": {"indent": 2, "lenient": True}},
     }
     r = requests.post(f"{server.url}/generate", json=lenient, timeout=60)
     assert r.status_code == 200, r.text

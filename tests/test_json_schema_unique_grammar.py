@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -244,12 +245,49 @@ def qwen():
 def test_sampling_through_qwen_yields_valid_instances(qwen, schema):
     """Random walks through the masks (items from a tiny alphabet so repeats are likely) always end
     as valid instances, and every step's mask agrees with the scalar step on the riskiest tokens."""
-    tok, vocab = qwen
     if schema.get("items", {}).get("enum", 0) is None:
         schema = {**schema, "items": {"type": "string", "pattern": "^[ab]{1,5}$"}}
-    constraint = compile_constraint("json_schema", schema, tok)
+    _sample_valid_instances(qwen, schema)
+
+
+SMALL_FREE_OBJECT = {
+    "type": "object",
+    "maxProperties": 2,
+    "propertyNames": {"enum": ["a", "b"]},
+    "additionalProperties": {"type": "string", "pattern": "^[ab]{1,2}$", "maxLength": 128},
+}
+
+
+@pytest.mark.parametrize(
+    "schema, options",
+    [
+        (
+            {"type": "array", "uniqueItems": True, "minItems": 4, "maxItems": 6, "items": LONG_TAG},
+            {"key_order": "any"},
+        ),
+        ({"type": "array", "uniqueItems": True, "minItems": 5, "maxItems": 7, "items": SMALL_FREE_OBJECT}, {}),
+        (
+            {
+                "type": "array",
+                "uniqueItems": True,
+                "minItems": 3,
+                "maxItems": 4,
+                "items": {"type": "array", "maxItems": 2, "items": SMALL_FREE_OBJECT},
+            },
+            {},
+        ),
+    ],
+)
+def test_sampling_items_compared_as_values_yields_valid_instances(qwen, schema, options):
+    """The same for items whose keys come in any order (a repeat may be spelled differently)."""
+    _sample_valid_instances(qwen, schema, **options)
+
+
+def _sample_valid_instances(qwen, schema, **options):
+    tok, vocab = qwen
+    constraint = compile_constraint("json_schema", schema, tok, **options)
     validator = Draft202012Validator(schema)
-    favoured = [i for i, b in enumerate(vocab.token_bytes) if b and len(b) <= 4 and set(b) <= set(b'ab",:{}[]KeyVlu')]
+    favoured = [i for i, b in enumerate(vocab.token_bytes) if b and len(b) <= 4 and set(b) <= set(b'ab01",:{}[]KeyVlu')]
     rng = random.Random(0)
     for _ in range(12):
         matcher, ids = constraint.matcher(), []
@@ -267,26 +305,128 @@ def test_sampling_through_qwen_yields_valid_instances(qwen, schema):
             ids.append(token)
         text = tok.decode(ids)
         assert matcher.is_accepting(), text
-        assert validator.is_valid(json.loads(text)), text
+        members = json.loads(text, object_pairs_hook=_Members)
+        if _repeats_a_key(members):  # the grammar counts members as written: see unique_values
+            assert len({_as_value(item) for item in members}) == len(members), text  # (arrays at the top)
+        else:
+            assert validator.is_valid(json.loads(text)), text
+
+
+class _Members(list):
+    """An object's members as written (a key may repeat)."""
+
+
+def _repeats_a_key(value) -> bool:
+    if isinstance(value, _Members):
+        return len({k for k, _ in value}) < len(value) or any(_repeats_a_key(v) for _, v in value)
+    return isinstance(value, list) and any(_repeats_a_key(v) for v in value)
+
+
+def _as_value(value):
+    """A JSON value as the grammar counts it: an object is the multiset of its members."""
+    if isinstance(value, _Members):
+        return frozenset(Counter((k, _as_value(v)) for k, v in value).items())
+    if isinstance(value, list):
+        return tuple(_as_value(v) for v in value)
+    return (type(value).__name__, value)
 
 
 @pytest.mark.parametrize(
     "schema, options",
     [
         ({"items": {"type": "integer"}}, {"integral_floats": True}),  # 1 and 1.0
-        ({"items": {"type": "object", "properties": {"k": {"type": "string"}}}}, {}),  # undeclared keys
-        ({"items": {"type": "object", "additionalProperties": False, "patternProperties": {"^a": {}}}}, {}),
-        ({"items": {"type": "array", "items": {}}}, {}),  # free-form values
-        ({"items": {"anyOf": [TAG, {**TAG, "required": ["Value"]}]}}, {}),  # two object alternatives
         ({"items": {"type": "string"}}, {"whitespace": r"[ \n]{0,2}"}),
-        ({"items": TAG}, {"key_order": "any"}),
         ({"prefixItems": [{"type": "string"}], "items": {"type": "string"}}, {}),
     ],
 )
-def test_items_with_several_spellings_are_refused_naming_unique_items(schema, options):
+def test_unique_items_beyond_compact_one_spelling_scalars_are_refused(schema, options):
     with pytest.raises(ConstraintError, match="uniqueItems"):
         compile_schema({"type": "array", "uniqueItems": True, **schema}, **options)
     assert compile_schema({"type": "array", "uniqueItems": True, **schema}, lenient=True, **options).accepts("[]")
+
+
+def _spellings(value):
+    """Compact spellings of `value` with its object keys in every order."""
+    if isinstance(value, dict):
+        for order in itertools.permutations(value):
+            for parts in itertools.product(*[list(_spellings(value[k])) for k in order]):
+                yield "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + p for k, p in zip(order, parts)) + "}"
+    elif isinstance(value, list):
+        for parts in itertools.product(*[list(_spellings(x)) for x in value]):
+            yield "[" + ",".join(parts) + "]"
+    else:
+        yield json.dumps(value, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    "schema, options, pool",
+    [
+        (
+            {"items": {"type": "object", "properties": {"k": {"type": "string"}}}},  # undeclared keys
+            {},
+            [{}, {"k": "a"}, {"k": "a", "x": 1}, {"x": 1, "k": "a"}, {"x": [1, {"y": None, "z": 2}]}],
+        ),
+        (
+            {"items": {"type": "object", "additionalProperties": False, "patternProperties": {"^a": {}}}},
+            {},
+            [{}, {"a": 1}, {"a": 1, "ab": 2}, {"ab": 2}, {"a": {"b": 1, "c": 2}}],
+        ),
+        ({"items": {"type": "array", "items": {}}}, {}, [[], [1], [{"a": 1, "b": 2}], [1.5], ["x"], [[{}]]]),
+        (
+            {"items": {"anyOf": [TAG, {**TAG, "required": ["Value"]}]}},
+            {},
+            [{"Key": "a"}, {"Key": "a", "Value": "b"}, {"Value": "b"}, {"Key": "b", "Value": ""}],
+        ),
+        ({"items": TAG}, {"key_order": "any"}, [{"Key": "a"}, {"Key": "a", "Value": "b"}, {"Key": "b", "Value": "a"}]),
+        ({"items": {}}, {}, [1, 1.5, "1", {"a": 1, "b": 2}, [1], True, None, {"a": {"b": [1, 2], "c": {}}}]),
+    ],
+)
+def test_items_of_several_spellings_are_compared_as_values(schema, options, pool):
+    """Items that may be objects with keys in other orders are compared as JSON values: with
+    uniqueItems the language is that without it, less the texts whose value jsonschema rejects
+    (the same object spelled with its keys in another order is a repeat)."""
+    schema = {"type": "array", "uniqueItems": True, **schema}
+    built, validator = compile_schema(schema, **options), Draft202012Validator(schema)
+    plain = compile_schema({k: v for k, v in schema.items() if k != "uniqueItems"}, **options)
+    assert isinstance(built, SchemaGrammar) and "open values" in built.unique.values()
+    accepted = rejected = 0
+    for array in _arrays(pool):
+        for text in itertools.islice(_spellings(array), 6):
+            expected = plain.accepts(text) and validator.is_valid(array)
+            assert built.accepts(text) == expected, text
+            accepted, rejected = accepted + expected, rejected + (plain.accepts(text) and not expected)
+    assert accepted > 20 and rejected > 20
+
+
+# The tags of LONG_TAG with their keys in either order (key_order "any"), and tokens that split them.
+ANY_ORDER_TOKENS = [
+    *TAG_TOKENS,
+    '{"Value":"',
+    '","Key":"',
+    '{"Value":"a","Key":"a"}',
+    "{",
+    "Key",
+    '":"',
+    '"Value',
+]
+
+
+@pytest.mark.parametrize("min_items", [0, 3])
+def test_masks_of_items_compared_as_values_allow_exactly_valid_prefixes(min_items):
+    """As above with either key order: a tag spelled in the other order repeats it, so after three
+    distinct tags a fourth may only be the one left, in either spelling."""
+    schema = {"type": "array", "uniqueItems": True, "minItems": min_items, "items": LONG_TAG}
+    built = compile_schema(schema, key_order="any")
+    assert isinstance(built, SchemaGrammar) and "open values" in built.unique.values()
+    words = [{"Key": k, "Value": v} for k in "ab" for v in ("a", "")]
+    valid = {
+        "[" + ",".join(parts) + "]"
+        for n in range(min_items, 5)
+        for a in itertools.permutations(words, n)
+        for parts in itertools.product(*[list(_spellings(w)) for w in a])
+    }
+    constraint = built.constraint(make_vocab(ANY_ORDER_TOKENS))
+    assert _masks_allow_exactly(constraint, ANY_ORDER_TOKENS, valid, steps=10, frontier_cap=600) > 5000
 
 
 def test_budget_completion_finishes_unique_arrays_without_repeating_an_item(qwen):

@@ -28,6 +28,7 @@ from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, Grammar
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.forced import ForcedTokens
 from sgl_runtime.constrained.grammar.source import build_parser
+from sgl_runtime.constrained.grammar.unique_values import continuations
 from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.vocabulary import Vocabulary
@@ -131,18 +132,33 @@ class GrammarConstraint(Constraint):
         text, and those that close a token and hold a `,` or `]` (they may end an item, and a
         `,` starts the next); each checked with the exact scalar step."""
         candidates = set(self._closing_ids(state))
-        for seen, item in state.frames:
+        for seen, item, by_value in state.frames:
             if item is None:
                 continue
             text = item + state.token
-            for word in seen:
-                if word.startswith(text):
-                    rest = word[len(text) :]
-                    for k in range(1, len(rest) + 1):
-                        candidates.update(self.vocabulary.ids_for_bytes(rest[:k]))
+            if by_value:
+                if not hasattr(self, "_longest"):
+                    self._longest = self.vocabulary.max_token_len()
+                rests = continuations(seen, text, self._longest)
+                if rests is None:  # too many ways on: every allowed token that starts along one
+                    firsts = {w[0] for w in continuations(seen, text, 1) or () if w}
+                    candidates.update(self._ids_starting_with(mask, firsts))
+                    continue
+            else:
+                rests = {w[len(text) :] for w in seen if w.startswith(text)}
+            for rest in rests:
+                for k in range(1, len(rest) + 1):
+                    candidates.update(self.vocabulary.ids_for_bytes(rest[:k]))
         for i in candidates:
             if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
                 mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
+
+    def _ids_starting_with(self, mask: np.ndarray, firsts: set) -> list[int]:
+        """The tokens allowed by `mask` whose first byte is in `firsts`."""
+        if not hasattr(self, "_first_bytes"):
+            self._first_bytes = np.array([data[0] if data else -1 for data in self.vocabulary.token_bytes])
+        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.vocabulary.size].astype(bool)
+        return np.nonzero(allowed & np.isin(self._first_bytes, list(firsts)))[0].tolist()
 
     def _closing_ids(self, state: GrammarState) -> list[int]:
         """The tokens that close the current token somewhere inside them and hold a `,` or `]`."""

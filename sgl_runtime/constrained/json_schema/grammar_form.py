@@ -265,7 +265,7 @@ class GrammarBuilder:
                 return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
 
-    def unique_items(self, items) -> bool:
+    def unique_items(self, items) -> Optional[str]:
         from sgl_runtime.constrained.json_schema.unique_grammar import unique_items
 
         return unique_items(self, items)

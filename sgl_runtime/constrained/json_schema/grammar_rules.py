@@ -193,10 +193,10 @@ def array_rule(b, schema: dict) -> str | None:
     if unique and prefix:
         b.comp.unsupported("uniqueItems", "not exact beside prefixItems on arrays too large for one automaton")
         unique = False
-    unique = unique and b.unique_items(schema.get("items", True))
+    unique_kind = b.unique_items(schema.get("items", True)) if unique else None  # OPEN, OPEN_VALUES or None
     elements = [b.node(s) for s in prefix]
     rest = b.node(schema.get("items", True), CATEGORIES)
-    item_rule = b.rule([[rest]]) if unique and rest is not None else None  # reduced as each item ends
+    item_rule = b.rule([[rest]]) if unique_kind and rest is not None else None  # reduced as each item ends
     if item_rule is not None:
         rest = item_rule
     separator = [b.punct("COMMA")]
@@ -230,5 +230,5 @@ def array_rule(b, schema: dict) -> str | None:
         return None
     name = b.rule(alternatives)
     if item_rule is not None:
-        mark_unique(b, name, opener[1], item_rule)
+        mark_unique(b, unique_kind, name, opener[1], item_rule)
     return name

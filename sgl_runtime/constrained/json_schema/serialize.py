@@ -1,6 +1,6 @@
 """Compact serialisation of an instance in the key order the schema compiler expects:
-each object's keys declared in its schema's `properties` first (schema order), then the rest
-in instance order."""
+each object's keys declared in its schema's `properties` first (schema order; then those of the
+anyOf/oneOf branch that declares most of its keys), then the rest in instance order."""
 
 from __future__ import annotations
 
@@ -50,12 +50,29 @@ def _declared(schema, resolver) -> dict:
     return out
 
 
+def _branch(schema, value: dict, resolver):
+    """Of `schema`'s anyOf/oneOf branches, the first that declares the most of `value`'s keys."""
+    if not isinstance(schema, dict):
+        return None
+    branches = [b for word in ("anyOf", "oneOf") if isinstance(schema.get(word), list) for b in schema[word]]
+    best, most = None, 0
+    for branch in branches:
+        declared = _declared(branch, resolver)
+        count = sum(k in declared for k in value)
+        if count > most:
+            best, most = branch, count
+    return best
+
+
 def _ordered(value, schema, resolver, depth: int):
     if resolver is None or depth >= 64:
         schema = None
     if isinstance(value, dict):
         props = _declared(schema, resolver) if schema is not None else {}
         resolved = _resolve(schema, resolver) if schema is not None else None
+        branch = _branch(resolved, value, resolver)
+        if branch is not None:  # the keys of the anyOf/oneOf branch the value is most likely in
+            props = {**props, **{k: sub for k, sub in _declared(branch, resolver).items() if k not in props}}
         keys = [k for k in props if k in value] + [k for k in value if k not in props]
         out = {}
         for k in keys:

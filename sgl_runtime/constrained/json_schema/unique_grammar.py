@@ -1,40 +1,46 @@
-"""uniqueItems in the grammar form: arrays whose items are any values spelled one way only.
+"""uniqueItems in the grammar form, for compact JSON.
 
 The array's rule carries three marked rules (`GrammarEngine`, `unique_rules`): an empty one right
 after `[` (a new array), one around each item (an item ends), and the array's own (it closes).
-The engine keeps the text of every item of each open array and rejects an item whose text is an
-earlier one's; masks also leave out the tokens after which the item can only end as a repeat.
-Equal text is equal value when every value the items admit has one spelling in this
-serialisation (`one_spelling`): compact JSON, declared keys in `properties` order, no undeclared
-keys, numbers as numbers.py spells them (not with `integral_floats`). Otherwise the keyword is
-refused (or, with lenient=True, not enforced).
+The engine keeps the text of every item of each open array and rejects an item that repeats an
+earlier one; masks also leave out the tokens after which the item can only end as a repeat.
+Where every value the items admit has one spelling in this serialisation (`one_spelling`:
+declared keys in `properties` order, no undeclared keys, numbers as numbers.py spells them),
+equal text is equal value and items are compared as text (OPEN). Otherwise (objects whose keys
+may come in other orders: free-form values, patternProperties, key_order "any") they are compared
+as JSON values (OPEN_VALUES, grammar/unique_values.py), which needs each scalar to have one
+spelling: compact whitespace, no `integral_floats`. Elsewhere the keyword is refused (or, with
+lenient=True, not enforced).
 """
 
 from __future__ import annotations
 
-from sgl_runtime.constrained.grammar.engine import CLOSE, ITEM, OPEN
+from typing import Optional
+
+from sgl_runtime.constrained.grammar.engine import CLOSE, ITEM, OPEN, OPEN_VALUES
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.shapes import OBJECT
-from sgl_runtime.constrained.json_schema.values import NORMAL
+from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
 
 MAX_VISITS = 4096  # subschemas one check reads
 
 
-def unique_items(b, items) -> bool:
-    """Whether uniqueness of `items` is enforced (else it was refused, or ignored if lenient)."""
-    if b.tokens.ws is None and b.mode == NORMAL and not numbers.integral_floats_allowed() and one_spelling(b, items):
-        return True
+def unique_items(b, items) -> Optional[str]:
+    """How uniqueness of `items` is enforced: OPEN (by text), OPEN_VALUES (by JSON value), or
+    None (refused, or ignored if lenient)."""
+    if b.tokens.ws is None and b.mode in (NORMAL, FREE_ORDER) and not numbers.integral_floats_allowed():
+        return OPEN if b.mode == NORMAL and one_spelling(b, items) else OPEN_VALUES
     b.comp.unsupported(
         "uniqueItems",
-        "exact in the grammar form for items whose every value has one spelling: compact JSON, key_order "
-        "'properties', objects with additionalProperties false and no patternProperties, no free-form value",
+        "exact in the grammar form for compact JSON (whitespace 'compact') without integral_floats",
     )
-    return False
+    return None
 
 
-def mark_unique(b, array_rule: str, opener: str, item_rule: str) -> None:
-    """Record the marked rules of one unique array (see the module docstring)."""
-    b.unique[opener], b.unique[item_rule], b.unique[array_rule] = OPEN, ITEM, CLOSE
+def mark_unique(b, kind: str, array_rule: str, opener: str, item_rule: str) -> None:
+    """Record the marked rules of one unique array (see the module docstring); `kind`: OPEN or
+    OPEN_VALUES."""
+    b.unique[opener], b.unique[item_rule], b.unique[array_rule] = kind, ITEM, CLOSE
 
 
 def one_spelling(b, schema) -> bool:
