@@ -27,8 +27,8 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, GrammarCompletion
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.forced import ForcedTokens
+from sgl_runtime.constrained.grammar.frames import affects_masks, at_bound, firsts, rests
 from sgl_runtime.constrained.grammar.source import build_parser
-from sgl_runtime.constrained.grammar.unique_values import continuations
 from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.vocabulary import Vocabulary
@@ -95,7 +95,7 @@ class GrammarConstraint(Constraint):
     def bitmask(self, state: GrammarState) -> np.ndarray:
         """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
         with self._lock:
-            repeats = bool(state.frames)  # inside a unique array: the exact state (items seen, item text)
+            repeats = any(map(affects_masks, state.frames))  # the exact state (items seen, item text)
             key = state if repeats else self.masks.canonical(state.bare())
             mask = self._cache.get(key)
             if mask is not None:
@@ -132,21 +132,19 @@ class GrammarConstraint(Constraint):
         text, and those that close a token and hold a `,` or `]` (they may end an item, and a
         `,` starts the next); each checked with the exact scalar step."""
         candidates = set(self._closing_ids(state))
-        for seen, item, by_value in state.frames:
-            if item is None:
+        for frame in state.frames:
+            if frame[1] is None or frame[2].unique is None:
+                if at_bound(frame):  # its separator may not follow: every token that holds one
+                    candidates.update(np.flatnonzero(self._delimiter_flags(b",")).tolist())
                 continue
-            text = item + state.token
-            if by_value:
-                if not hasattr(self, "_longest"):
-                    self._longest = self.vocabulary.max_token_len()
-                rests = continuations(seen, text, self._longest)
-                if rests is None:  # too many ways on: every allowed token that starts along one
-                    firsts = {w[0] for w in continuations(seen, text, 1) or () if w}
-                    candidates.update(self._ids_starting_with(mask, firsts))
-                    continue
-            else:
-                rests = {w[len(text) :] for w in seen if w.startswith(text)}
-            for rest in rests:
+            text = frame[1] + state.token
+            if not hasattr(self, "_longest"):
+                self._longest = self.vocabulary.max_token_len()
+            ahead = rests(frame, text, self._longest)
+            if ahead is None:  # too many ways on: every allowed token that starts along one
+                candidates.update(self._ids_starting_with(mask, firsts(frame, state.token) or set()))
+                continue
+            for rest in ahead:
                 for k in range(1, len(rest) + 1):
                     candidates.update(self.vocabulary.ids_for_bytes(rest[:k]))
         for i in candidates:
@@ -162,14 +160,19 @@ class GrammarConstraint(Constraint):
 
     def _closing_ids(self, state: GrammarState) -> list[int]:
         """The tokens that close the current token somewhere inside them and hold a `,` or `]`."""
-        if not hasattr(self, "_delimiters"):
-            flags = np.zeros(self.vocabulary.size, dtype=bool)
-            for i, data in enumerate(self.vocabulary.token_bytes):
-                if data and (b"," in data or b"]" in data):
-                    flags[i] = True
-            self._delimiters = flags
+        flags = self._delimiter_flags(b",") | self._delimiter_flags(b"]")
         rows = self.masks.closing_rows(state.bare())
-        return rows[self._delimiters[rows]].tolist()
+        return rows[flags[rows]].tolist()
+
+    def _delimiter_flags(self, delimiter: bytes) -> np.ndarray:
+        """Per token, whether its bytes hold `delimiter`."""
+        if not hasattr(self, "_delimiters"):
+            self._delimiters: dict = {}
+        flags = self._delimiters.get(delimiter)
+        if flags is None:
+            flags = np.array([bool(data) and delimiter in data for data in self.vocabulary.token_bytes])
+            self._delimiters[delimiter] = flags
+        return flags
 
     def _warm_up(self, seconds: float) -> None:
         """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""

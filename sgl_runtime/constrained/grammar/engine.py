@@ -26,14 +26,13 @@ from lark.lexer import UnlessCallback
 
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar import frames as array_frames
+from sgl_runtime.constrained.grammar.frames import CLOSE, ITEM, OPEN, OPEN_VALUES, firsts
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
-from sgl_runtime.constrained.grammar.parser import SHIFT, LalrStacks
+from sgl_runtime.constrained.grammar.parser import LalrStacks
 from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
-from sgl_runtime.constrained.grammar.unique_values import continuations, repeats
 
-NOTHING_SEEN: frozenset = frozenset()
-OPEN, ITEM, CLOSE = "open", "item", "close"  # the marked rules of an array whose items must be unique
-OPEN_VALUES = "open values"  # OPEN for items compared as JSON values (unique_values), not as text
+__all__ = ["CLOSE", "ITEM", "OPEN", "OPEN_VALUES", "GrammarEngine", "GrammarState"]
 ESCAPE_FEEDS = 20_000  # scalar steps one repeat check may take (beyond: the prefix counts as a dead end)
 
 
@@ -43,8 +42,8 @@ class GrammarState:
     ignored: int
     lex: int
     tail: bytes
-    token: bytes = b""  # the current token's bytes, kept while a unique array is open
-    frames: tuple = ()  # per open unique array, outermost first: (items seen, item being read or None, by value)
+    token: bytes = b""  # the current token's bytes, kept while a tracked array is open
+    frames: tuple = ()  # per open tracked array, outermost first (grammar/frames.py)
 
     def bare(self) -> "GrammarState":
         """This state without its unique-array bookkeeping (`token`, `frames`), which the lexer
@@ -68,11 +67,12 @@ class GrammarEngine:
         """terminal_dfas: {terminal name: ByteDFA} used as those terminals' automata instead of
         their lark patterns (placeholders then), e.g. a JSON Schema's leaves compiled flat.
         default_reductions: see LalrStacks (lexer contexts of the shifting state, not lark's).
-        unique_rules: {rule name: OPEN, OPEN_VALUES, ITEM or CLOSE} for arrays whose items must be
-        distinct: OPEN an empty rule right after the array's `[`, ITEM the rule of one item, CLOSE
-        the array's rule. An item whose text equals an earlier item's of the same array is rejected
-        (exact where each value has one spelling, as in the JSON Schema grammar form); after
-        OPEN_VALUES, one whose JSON value equals an earlier one's (see unique_values)."""
+        unique_rules: {rule name: OPEN, OPEN_VALUES, a frames.Opener, ITEM or CLOSE} for arrays whose
+        items are tracked (grammar/frames.py): OPEN an empty rule right after the array's `[`, ITEM
+        the rule of one item, CLOSE the array's rule. An item whose text equals an earlier item's of
+        the same array is rejected (exact where each value has one spelling, as in the JSON Schema
+        grammar form); after OPEN_VALUES, one whose JSON value equals an earlier one's (see
+        unique_values); an Opener may also bound the number of items."""
         if max_ignore_bytes < 1 or max_ignored_run < 1:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
@@ -95,7 +95,7 @@ class GrammarEngine:
                 "(%declare'd terminals need a postlexer, which constraints cannot run)"
             )
         self.unique_rules = dict(unique_rules or {})
-        opens = {name for name, kind in self.unique_rules.items() if kind in (OPEN, OPEN_VALUES)}
+        opens = {name for name, kind in self.unique_rules.items() if array_frames.opener(kind) is not None}
         # parser states right after a unique array's `[` whose OPEN waits for the next token's type
         self._opening = frozenset(st for st, row in self.parser.states.items() if opens.intersection(row))
         self.max_ignore_bytes = max_ignore_bytes
@@ -168,7 +168,7 @@ class GrammarEngine:
             return None
         stack, events = fed
         if events:
-            frames = _frames_after(frames, events, text)
+            frames = array_frames.after(frames, events, text)
             if frames is None:
                 return None
         return stack, 0, frames
@@ -259,21 +259,21 @@ class GrammarEngine:
         """Whether an open unique array's current item can now only end as one of its earlier
         items (its text is a prefix of theirs and no byte leads off them to a viable text)."""
         for j, frame in enumerate(state.frames):
-            firsts = _firsts(frame, state.token)
-            if firsts is not None and not self._escapes(state, j, firsts, budget):
+            ahead = firsts(frame, state.token)
+            if ahead is not None and not self._escapes(state, j, ahead, budget):
                 return True
         return False
 
-    def _escapes(self, state: GrammarState, j: int, firsts: set, budget: list) -> bool:
+    def _escapes(self, state: GrammarState, j: int, ahead: set, budget: list) -> bool:
         """Whether frame j's item can leave the earlier items it may still become (`firsts`: the
         bytes that go on along one): a depth-first walk along their bytes, trying at each step the
         bytes that lead off them (one per byte class where the class decides alone) for a viable
         state."""
         seen = state.frames[j][0]
-        todo = [(state, firsts)]
+        todo = [(state, ahead)]
         while todo:
-            s, firsts = todo.pop()
-            for b in self._probe_bytes(s, firsts):
+            s, ahead = todo.pop()
+            for b in self._probe_bytes(s, ahead):
                 budget[0] -= 1
                 if budget[0] < 0:
                     return False
@@ -285,11 +285,11 @@ class GrammarEngine:
                     if self.viable(nxt, budget):  # the item ended, and not as an earlier one
                         return True
                     continue
-                more = _firsts(frames[j], nxt.token)
+                more = firsts(frames[j], nxt.token)
                 if more is None:
                     if self.viable(nxt, budget):
                         return True
-                elif b in firsts:
+                elif b in ahead:
                     todo.append((nxt, more))
         return False
 
@@ -351,37 +351,3 @@ class GrammarEngine:
         ctx = LexerContext(slots)
         ctx.slot_types = slot_types
         return ctx
-
-
-def _firsts(frame: tuple, token: bytes) -> Optional[set]:
-    """The bytes that go on along an earlier item which the frame's current item (its text so far
-    + `token`) may still become; None when it can become none of them (or is between items)."""
-    seen, item, by_value = frame
-    if item is None or not seen:
-        return None
-    text = item + token
-    if by_value:
-        ahead = continuations(seen, text, 1)
-        return None if not ahead else {w[0] for w in ahead if w}  # (never past the cap at 1 byte)
-    rests = [w[len(text) :] for w in seen if w.startswith(text)]
-    return {w[0] for w in rests if w} if rests else None
-
-
-def _frames_after(frames: tuple, events: tuple, text: bytes) -> Optional[tuple]:
-    """Unique-array frames after a token spelled `text` is shifted with these marked reductions
-    around it (None: an item repeats an earlier one of its array). The token's text goes to every
-    item being read; a frame between items (after an item, at its `,` or `]`) starts the next."""
-    out = list(frames)
-    for event in events:
-        if event is SHIFT:
-            out = [(seen, b"" if item is None else item + text, v) for seen, item, v in out]
-        elif event == OPEN or event == OPEN_VALUES:
-            out.append((NOTHING_SEEN, b"", event == OPEN_VALUES))
-        elif event == ITEM:
-            seen, item, by_value = out[-1]
-            if repeats(seen, item) if by_value else item in seen:
-                return None
-            out[-1] = (seen | {item}, None, by_value)
-        else:
-            out.pop()
-    return tuple(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sgl_runtime.constrained.automata import literal
 from sgl_runtime.constrained.automata_ops import union
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.frames import OPEN, OPEN_VALUES, Opener
 from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
@@ -17,7 +18,7 @@ from sgl_runtime.constrained.json_schema.strings import (
     string_dfa,
     string_literal,
 )
-from sgl_runtime.constrained.json_schema.unique_grammar import mark_unique
+from sgl_runtime.constrained.json_schema.unique_grammar import mark_tracked
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused, value_options
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
@@ -196,18 +197,26 @@ def array_rule(b, schema: dict) -> str | None:
     unique_kind = b.unique_items(schema.get("items", True)) if unique else None  # OPEN, OPEN_VALUES or None
     elements = [b.node(s) for s in prefix]
     rest = b.node(schema.get("items", True), CATEGORIES)
-    item_rule = b.rule([[rest]]) if unique_kind and rest is not None else None  # reduced as each item ends
-    if item_rule is not None:
-        rest = item_rule
     separator = [b.punct("COMMA")]
     limit = next((p for p, e in enumerate(elements) if e is None), len(prefix) if rest is None else None)
     if limit is not None:
         max_items = limit if max_items is None else min(max_items, limit)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
+    high = None  # maxItems the engine counts (grammar/frames.py), beyond positions spelled out as rules
+    if top > MAX_ARRAY_POSITIONS and b.tokens.ws is None and max(len(prefix), min_items) <= MAX_ARRAY_POSITIONS:
+        high, max_items, top = max_items, None, max(len(prefix), min_items, 1)
     if top > MAX_ARRAY_POSITIONS:
         raise ConstraintError(f"minItems/maxItems: more than {MAX_ARRAY_POSITIONS} positions in the grammar form")
-    if min_items > top:
+    if min_items > (top if high is None else high):
         return None
+    tracked = bool(unique_kind) or high is not None
+    item_rules: list = []  # reduced as each item ends
+    if tracked and rest is not None:
+        rest = b.rule([[rest]])
+        item_rules.append(rest)
+    if high is not None:
+        elements = [e if e is None else b.rule([[e]]) for e in elements]
+        item_rules += [e for e in elements if e is not None]
 
     def element(p: int) -> str:
         return elements[p] if p < len(prefix) else rest
@@ -222,13 +231,15 @@ def array_rule(b, schema: dict) -> str | None:
     for name, alts in rules.items():
         b.rule(alts, name)
     opener = [lbracket]
-    if item_rule is not None:
-        opener.append(b.rule([[]]))  # empty, reduced right after `[`: a new array of unique items
+    if item_rules:
+        opener.append(b.rule([[]]))  # empty, reduced right after `[`: a new array of tracked items
     alternatives = [[*opener, rbracket]] if min_items == 0 else []
     alternatives += [[*opener, names[p], rbracket] for p in range(max(min_items, 1), top + 1)]
     if not alternatives:
         return None
     name = b.rule(alternatives)
-    if item_rule is not None:
-        mark_unique(b, unique_kind, name, opener[1], item_rule)
+    if item_rules:
+        compared = {OPEN: "text", OPEN_VALUES: "values"}.get(unique_kind or "")
+        kind = unique_kind if high is None else Opener(compared, high)
+        mark_tracked(b, kind, name, opener[1], item_rules)
     return name

@@ -37,10 +37,12 @@ def unique_items(b, items) -> Optional[str]:
     return None
 
 
-def mark_unique(b, kind: str, array_rule: str, opener: str, item_rule: str) -> None:
-    """Record the marked rules of one unique array (see the module docstring); `kind`: OPEN or
-    OPEN_VALUES."""
-    b.unique[opener], b.unique[item_rule], b.unique[array_rule] = kind, ITEM, CLOSE
+def mark_tracked(b, kind, array_rule: str, opener: str, item_rules: list) -> None:
+    """Record the marked rules of one array whose items the engine tracks (see the module
+    docstring); `kind`: OPEN, OPEN_VALUES or a grammar.frames.Opener (a bound on the count)."""
+    b.unique[opener], b.unique[array_rule] = kind, CLOSE
+    for item_rule in item_rules:
+        b.unique[item_rule] = ITEM
 
 
 def one_spelling(b, schema) -> bool:
