@@ -198,3 +198,62 @@ def test_strict_lalr_refuses_a_shift_reduce_conflict_lark_would_resolve_silently
     build_lark(dangling_else)
     with pytest.raises(ConstraintError, match="Shift/Reduce"):
         build_lark(dangling_else, strict=True)
+
+
+def _closed(props: dict, **keywords) -> dict:
+    return {"type": "object", "additionalProperties": False, "properties": props, **keywords}
+
+
+EXCLUSIVE = {
+    # one key of {when, unless}, or any one other key: propertyNames rules the first out
+    "property names": {
+        "oneOf": [
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^[a-z]+$", "not": {"pattern": "^(when|unless)$"}},
+                "maxProperties": 1,
+                "additionalProperties": SELF,
+            },
+            _closed({"when": SELF, "unless": SELF}, minProperties=1, maxProperties=1),
+        ]
+    },
+    # the same required key, an object in one and a string in the other
+    "value kinds": {
+        "oneOf": [
+            _closed({"d": _closed({"x": SELF})}, required=["d"]),
+            _closed({"d": {"type": "string"}, "e": SELF}, required=["d"]),
+        ]
+    },
+    # a branch that is itself a oneOf, against a reference object whose key it never allows
+    "nested oneOf": {
+        "oneOf": [
+            {
+                "oneOf": [
+                    _closed({"kind": {"const": "a"}, "n": SELF}, required=["kind"]),
+                    _closed({"kind": {"const": "b"}, "n": SELF}, required=["kind"]),
+                ]
+            },
+            _closed({"$ref": {"type": "string"}}, required=["$ref"]),
+        ]
+    },
+}
+POOL = [
+    *({}, {"when": []}, {"unless": [[]]}, {"foo": []}, {"when": [], "foo": []}, {"foo": [], "bar": []}, {"Foo": []}),
+    *({"d": {}}, {"d": "s"}, {"d": {"x": []}}, {"d": "s", "e": []}, {"d": {"x": []}, "e": []}, {"e": []}),
+    *({"kind": "a"}, {"kind": "b", "n": []}, {"$ref": "x"}, {"$ref": "x", "kind": "a"}, {"kind": "c"}, {"n": []}),
+    *([], "s", 1, None),
+]
+
+
+@pytest.mark.parametrize("name", sorted(EXCLUSIVE))
+def test_one_of_alternatives_shown_to_exclude_each_other_compile_exactly(name):
+    """oneOf alternatives that exclude each other by what their keys may be (propertyNames, a
+    required key's kind of value, keys a nested oneOf never allows) compile to the grammar form,
+    and the language agrees with jsonschema."""
+    schema = EXCLUSIVE[name]
+    built, validator = schema_to_grammar(schema), Draft202012Validator(schema)
+    assert isinstance(built, SchemaGrammar)
+    verdicts = [validator.is_valid(value) for value in POOL]
+    assert 3 <= sum(verdicts) < len(POOL) - 3
+    for value, valid in zip(POOL, verdicts):
+        assert built.accepts(json.dumps(value, separators=(",", ":"))) == valid, value

@@ -121,7 +121,7 @@ def _distributed(b, found: list, conditions: list, budget: list):
             continue
         part = parts[0]
         branches = [x for x in members(node, part) if OBJECT in b.shapes.admits(x)]
-        if part == "oneOf" and not exclusive(b, branches):
+        if part == "oneOf" and not exclusive(b, branches, tuple(found)):
             return NOT_MERGED
         others = {k: v for k, v in keywords.items() if k != part}
         rest = conditions[:index] + ([(node, others)] if others else []) + conditions[index + 1 :]

@@ -10,8 +10,11 @@ condition trees and CloudFormation's one-of-two-keys objects) pass; alternatives
 the same key and a value of the same kind do not.
 
 For oneOf the alternatives must also exclude each other, or an object that matches two would be
-accepted: each pair needs a key that one requires and the other does not allow
-(additionalProperties false), or a key both require with disjoint string const/enum values.
+accepted: each pair needs a key that one requires and the other does not allow (by its own
+additionalProperties, patternProperties or propertyNames, or those of its `$ref`, every allOf
+member or every anyOf/oneOf branch), a key both require with values that cannot be equal
+(different const/enum strings, or an object against a string), or one alternative whose objects
+have at least one key (minProperties, required) of a closed set the other allows none of.
 """
 
 from __future__ import annotations
@@ -49,10 +52,17 @@ def choice(b, part: str, symbols: list):
     return b.rule([[s] for s in distinct])
 
 
-def exclusive(b, branches: list) -> bool:
-    """Whether no object satisfies two of `branches`, by the keys they require."""
-    targets = [_resolved(b, branch) for branch in branches]
-    return all(_excludes(b, x, y) or _excludes(b, y, x) for i, x in enumerate(targets) for y in targets[i + 1 :])
+def exclusive(b, branches: list, common: tuple = ()) -> bool:
+    """Whether no object satisfies two of `branches` (each beside the schemas `common`, which every
+    object satisfies too), by the keys they require or allow."""
+    alternatives = []
+    for branch in branches:
+        conjunction = [*common, _resolved(b, branch)]
+        if all(s is not False for s in conjunction):  # (False: no object at all)
+            alternatives.append([s for s in conjunction if isinstance(s, dict)])
+    return all(
+        _excludes(b, x, y) or _excludes(b, y, x) for i, x in enumerate(alternatives) for y in alternatives[i + 1 :]
+    )
 
 
 def _resolved(b, schema):
@@ -64,23 +74,72 @@ def _resolved(b, schema):
     raise ConstraintError("$ref: a chain of more than 64 references")
 
 
-def _excludes(b, x, y) -> bool:
-    """Whether no object satisfies both `x` and `y` because of a key `x` requires."""
-    if not isinstance(x, dict) or not isinstance(y, dict):
+def _excludes(b, x: list, y: list) -> bool:
+    """Whether no object satisfies both conjunctions `x` and `y` (lists of schemas) because of the
+    keys `x` requires or allows."""
+    for key in _required(x):
+        if not all(_allows(b, s, key, 0) for s in y):
+            return True
+        if key in _required(y) and any(
+            _disjoint_values(b, px, py) for px in _property(x, key) for py in _property(y, key)
+        ):
+            return True
+    keys = _closed_keys(x)  # an object of x has at least one of these keys, and y allows none of them
+    return bool(keys) and _min_keys(x) >= 1 and not any(all(_allows(b, s, key, 0) for s in y) for key in keys)
+
+
+def _required(conjunction: list) -> set:
+    out: set = set()
+    for schema in conjunction:
+        required = schema.get("required", [])
+        if isinstance(required, list):
+            out.update(k for k in required if isinstance(k, str))
+    return out
+
+
+def _min_keys(conjunction: list) -> int:
+    lows = [s.get("minProperties", 0) for s in conjunction]
+    return max([low for low in lows if isinstance(low, int)] + [1 if _required(conjunction) else 0])
+
+
+def _closed_keys(conjunction: list):
+    """Keys that an object of the conjunction may have, by the own keywords of a conjunct that
+    closes it (None: none does)."""
+    for schema in conjunction:
+        props = schema.get("properties", {})
+        if (
+            schema.get("additionalProperties") is False
+            and not schema.get("patternProperties")
+            and isinstance(props, dict)
+        ):
+            return [k for k, sub in props.items() if sub is not False]
+    return None
+
+
+def _allows(b, schema, key: str, depth: int) -> bool:
+    """Whether an object satisfying `schema` may have `key` (True when unsure): its own
+    properties, patternProperties, additionalProperties and propertyNames, and those of every
+    `$ref`/`allOf` member it must also satisfy and of at least one anyOf/oneOf branch."""
+    if schema is False:
         return False
-    required = x.get("required", [])
-    for key in required if isinstance(required, list) else []:
-        if not isinstance(key, str):
-            continue
-        if not _allows(y, key):
-            return True
-        if key in (y.get("required") or []) and _disjoint_strings(b, _property(x, key), _property(y, key)):
-            return True
-    return False
+    if not isinstance(schema, dict) or depth > 16:
+        return True
+    if not _allows_own(schema, key):
+        return False
+    if "$ref" in schema and not _allows(b, b.shapes.target(schema), key, depth + 1):
+        return False
+    for word in ("allOf", "anyOf", "oneOf"):
+        subs = schema.get(word)
+        if isinstance(subs, list) and subs:
+            found = [_allows(b, sub, key, depth + 1) for sub in subs]
+            if not (all(found) if word == "allOf" else any(found)):
+                return False
+    return True
 
 
-def _allows(schema: dict, key: str) -> bool:
-    """Whether an object satisfying `schema` may have `key` (True when unsure)."""
+def _allows_own(schema: dict, key: str) -> bool:
+    if _name_verdict(schema.get("propertyNames", True), key) is False:
+        return False
     props = schema.get("properties", {})
     if isinstance(props, dict) and key in props:
         return props[key] is not False
@@ -90,14 +149,49 @@ def _allows(schema: dict, key: str) -> bool:
     return schema.get("additionalProperties", True) is not False
 
 
-def _property(schema: dict, key: str):
-    props = schema.get("properties", {})
-    return props.get(key) if isinstance(props, dict) else None
+def _name_verdict(schema, key: str):
+    """Whether `key` satisfies the propertyNames schema `schema`: True, False, or None when unsure
+    (only pattern, const/enum, not, type, minLength and maxLength are read)."""
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, dict):
+        return None
+    verdicts: list = []
+    for word, sub in schema.items():
+        if word == "pattern" and isinstance(sub, str):
+            try:
+                verdicts.append(pattern_content(sub).accepts(key))
+            except ConstraintError:
+                verdicts.append(None)
+        elif word in ("const", "enum"):
+            values = literals(schema)
+            verdicts.append(None if not isinstance(values, list) else key in values)
+        elif word == "not":
+            inner = _name_verdict(sub, key)
+            verdicts.append(None if inner is None else not inner)
+        elif word == "type":
+            verdicts.append(sub == "string" or isinstance(sub, list) and "string" in sub)
+        elif word in ("minLength", "maxLength") and isinstance(sub, int):
+            verdicts.append(len(key) >= sub if word == "minLength" else len(key) <= sub)
+        elif word not in _ANNOTATIONS:
+            verdicts.append(None)
+    return False if False in verdicts else None if None in verdicts else True
 
 
-def _disjoint_strings(b, x, y) -> bool:
-    """Whether `x` and `y` each allow only listed strings (const/enum) and share none."""
+def _property(conjunction: list, key: str) -> list:
+    """The schemas the conjunction's `properties` give `key`."""
+    props = [s.get("properties", {}) for s in conjunction]
+    return [p[key] for p in props if isinstance(p, dict) and key in p]
+
+
+def _disjoint_values(b, x, y) -> bool:
+    """Whether no value satisfies both `x` and `y`: listed strings (const/enum) that differ, or
+    kinds (objects, arrays, scalars) that differ."""
     x, y = _resolved(b, x), _resolved(b, y)
+    if x is None or y is None:
+        return False
+    if not (b.shapes.admits(x) & b.shapes.admits(y)):
+        return True
     if not isinstance(x, dict) or not isinstance(y, dict):
         return False
     xs, ys = literals(x), literals(y)
