@@ -10,7 +10,8 @@ of truth for which keywords a draft has):
 - `$ref` (04-07) ignores its siblings, so they are dropped;
 - keywords a declared draft does not have (e.g. `prefixItems` or `dependentRequired` in draft-07)
   are dropped, since that draft's validators ignore them.
-Schemas without `$schema` are read as 2020-12; AWS CloudFormation's resource provider definition
+Applicators that always hold are then left out (simplify.py). Schemas without `$schema` are read
+as 2020-12; AWS CloudFormation's resource provider definition
 metaschema (draft-07 plus annotations) as draft-07; any other `$schema` is refused.
 """
 
@@ -21,6 +22,7 @@ import re
 from jsonschema import validators
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.simplify import without_trivial_applicators
 
 DRAFTS = {
     "draft-04": validators.Draft4Validator,
@@ -71,11 +73,12 @@ def declared_draft(schema) -> str:
 
 
 def to_latest(schema):
-    """`schema` (of its declared draft) as the equivalent draft 2020-12 schema."""
+    """`schema` (of its declared draft) as the equivalent draft 2020-12 schema, without the
+    applicators that always hold (simplify.py)."""
     draft = declared_draft(schema)
-    if draft == "2020-12":
-        return schema
-    return _rewrite(schema, draft, set(DRAFTS[draft].VALIDATORS))
+    if draft != "2020-12":
+        schema = _rewrite(schema, draft, set(DRAFTS[draft].VALIDATORS))
+    return without_trivial_applicators(schema)
 
 
 def _rewrite(node, draft: str, keywords: set):
