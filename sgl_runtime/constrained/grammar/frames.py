@@ -95,10 +95,10 @@ def firsts(frame: tuple, token: bytes) -> Optional[set]:
     return {w[0] for w in rests if w} if rests else None
 
 
-def rests(frame: tuple, text: bytes, longest: int):
+def rests(frame: tuple, text: bytes, longest: int, keep=None):
     """What each earlier item the current one (`text` so far) may still become has left, cut at
-    `longest` bytes (None when there are too many to list)."""
+    `longest` bytes or where `keep` says no (None when there are too many to list)."""
     seen, _, op, _ = frame
     if op.unique == "values":
-        return continuations(seen, text, longest)
+        return continuations(seen, text, longest, keep)
     return {w[len(text) : len(text) + longest] for w in seen if w.startswith(text)}

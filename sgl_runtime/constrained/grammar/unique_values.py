@@ -24,7 +24,7 @@ import functools
 import json
 from collections import Counter
 from decimal import Decimal
-from typing import Optional
+from typing import Callable, Optional
 
 MAX_CONTINUATIONS = 4096  # continuations one listing may return (beyond: None, the caller checks more)
 MAX_STEPS = 65536  # pending parts one listing may expand (beyond: None as well)
@@ -85,10 +85,12 @@ def repeats(seen: frozenset, item: bytes) -> bool:
     return any(p is not None and p[1] == key for p in map(_parse, seen))
 
 
-def continuations(seen: frozenset, text: bytes, limit: int) -> Optional[set]:
+def continuations(seen: frozenset, text: bytes, limit: int, keep: Optional[Callable] = None) -> Optional[set]:
     """The byte strings (each `limit` bytes, or fewer where the item then ends) that continue `text`
     into a spelling of an earlier item in `seen`; b"" where `text` spells one already. Empty when
-    `text` can become none of them; None when there are more than MAX_CONTINUATIONS."""
+    `text` can become none of them; None when there are more than MAX_CONTINUATIONS. `keep(bytes)`:
+    whether to go on past a continuation so far (e.g. whether some token begins with it); one it
+    stops is listed as it is."""
     out: set = set()
     steps = [MAX_STEPS]
     for word in seen:
@@ -98,7 +100,7 @@ def continuations(seen: frozenset, text: bytes, limit: int) -> Optional[set]:
                 out.add(word[len(text) : len(text) + limit])
             continue
         for pending in _read(parsed[0], text):
-            if not _extend(pending, limit, out, steps):
+            if not _extend(pending, limit, out, steps, keep):
                 return None
     return out
 
@@ -165,8 +167,9 @@ def _open(part, rest):
     return ("t", b"["), rest
 
 
-def _extend(pending, limit: int, out: set, steps: list) -> bool:
-    """Add to `out` every continuation of `pending` cut at `limit` bytes; False past the caps."""
+def _extend(pending, limit: int, out: set, steps: list, keep=None) -> bool:
+    """Add to `out` every continuation of `pending` cut at `limit` bytes (or where `keep` says
+    no); False past the caps."""
     todo = [(pending, b"")]
     while todo:
         pending, acc = todo.pop()
@@ -174,7 +177,7 @@ def _extend(pending, limit: int, out: set, steps: list) -> bool:
             steps[0] -= 1
             if steps[0] < 0:
                 return False
-            if pending is None or len(acc) >= limit:
+            if pending is None or len(acc) >= limit or (keep is not None and acc and not keep(acc)):
                 out.add(acc[:limit])
                 if len(out) > MAX_CONTINUATIONS:
                     return False
