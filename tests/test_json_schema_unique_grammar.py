@@ -65,6 +65,8 @@ def _arrays(pool, up_to=3):
             TAGS[:1] + [{"Key": "a", "Value": 1}, {"Key": "b", "Value": 1}, {"Key": "a", "Value": 2}],
         ),
         ({"items": {"anyOf": [{"type": "string", "maxLength": 300}, {"type": "integer"}]}}, ["a", "1", 1, 2, ""]),
+        ({"prefixItems": [{"type": "string"}, {"enum": ["a", "b"]}], "items": {"type": "string"}}, STRINGS),
+        ({"prefixItems": [{"enum": ["a", 1]}], "items": {"type": "string"}, "maxItems": 3}, ["a", 1, "b", ""]),
     ],
 )
 def test_unique_items_language_agrees_with_jsonschema(schema, pool):
@@ -336,7 +338,6 @@ def _as_value(value):
     [
         ({"items": {"type": "integer"}}, {"integral_floats": True}),  # 1 and 1.0
         ({"items": {"type": "string"}}, {"whitespace": r"[ \n]{0,2}"}),
-        ({"prefixItems": [{"type": "string"}], "items": {"type": "string"}}, {}),
     ],
 )
 def test_unique_items_beyond_compact_one_spelling_scalars_are_refused(schema, options):

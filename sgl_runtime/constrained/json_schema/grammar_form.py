@@ -265,10 +265,10 @@ class GrammarBuilder:
                 return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
 
-    def unique_items(self, items) -> Optional[str]:
+    def unique_items(self, schemas: list) -> Optional[str]:
         from sgl_runtime.constrained.json_schema.unique_grammar import unique_items
 
-        return unique_items(self, items)
+        return unique_items(self, schemas)
 
     def _without_type(self, schema):
         """`schema` without its `type` when it has no keyword of its own (only applicators): the

@@ -191,10 +191,7 @@ def array_rule(b, schema: dict) -> str | None:
     min_items = count_keyword(schema, "minItems", 0)
     max_items = count_keyword(schema, "maxItems", None)
     unique = schema.get("uniqueItems") is True and not (max_items is not None and max_items <= 1)
-    if unique and prefix:
-        b.comp.unsupported("uniqueItems", "not exact beside prefixItems on arrays too large for one automaton")
-        unique = False
-    unique_kind = b.unique_items(schema.get("items", True)) if unique else None  # OPEN, OPEN_VALUES or None
+    unique_kind = b.unique_items([*prefix, schema.get("items", True)]) if unique else None  # OPEN, OPEN_VALUES, None
     elements = [b.node(s) for s in prefix]
     rest = b.node(schema.get("items", True), CATEGORIES)
     separator = [b.punct("COMMA")]
@@ -214,7 +211,7 @@ def array_rule(b, schema: dict) -> str | None:
     if tracked and rest is not None:
         rest = b.rule([[rest]])
         item_rules.append(rest)
-    if high is not None:
+    if tracked:  # every item counts, those of prefixItems too
         elements = [e if e is None else b.rule([[e]]) for e in elements]
         item_rules += [e for e in elements if e is not None]
 

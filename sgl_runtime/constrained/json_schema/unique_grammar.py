@@ -9,8 +9,8 @@ declared keys in `properties` order, no undeclared keys, numbers as numbers.py s
 equal text is equal value and items are compared as text (OPEN). Otherwise (objects whose keys
 may come in other orders: free-form values, patternProperties, key_order "any") they are compared
 as JSON values (OPEN_VALUES, grammar/unique_values.py), which needs each scalar to have one
-spelling: compact whitespace, no `integral_floats`. Elsewhere the keyword is refused (or, with
-lenient=True, not enforced).
+spelling: compact whitespace, no `integral_floats`. Items of `prefixItems` count like the others.
+Elsewhere the keyword is refused (or, with lenient=True, not enforced).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
 MAX_VISITS = 4096  # subschemas one check reads
 
 
-def unique_items(b, items) -> Optional[str]:
-    """How uniqueness of `items` is enforced: OPEN (by text), OPEN_VALUES (by JSON value), or
-    None (refused, or ignored if lenient)."""
+def unique_items(b, schemas: list) -> Optional[str]:
+    """How uniqueness of items of `schemas` (those of prefixItems, then `items`) is enforced: OPEN
+    (by text), OPEN_VALUES (by JSON value), or None (refused, or ignored if lenient)."""
     if b.tokens.ws is None and b.mode in (NORMAL, FREE_ORDER) and not numbers.integral_floats_allowed():
-        return OPEN if b.mode == NORMAL and one_spelling(b, items) else OPEN_VALUES
+        return OPEN if b.mode == NORMAL and all(one_spelling(b, s) for s in schemas) else OPEN_VALUES
     b.comp.unsupported(
         "uniqueItems",
         "exact in the grammar form for compact JSON (whitespace 'compact') without integral_floats",
