@@ -466,3 +466,18 @@ def test_budget_completion_finishes_unique_arrays_without_repeating_an_item(qwen
                 ids.append(token)
         text = tok.decode(ids)
         assert matcher.is_accepting() and Draft202012Validator(schema).is_valid(json.loads(text)), text
+
+
+def test_earlier_items_are_followed_in_every_key_order():
+    """unique_values: equal JSON values are repeats whatever their key order (numbers by value, a key
+    written twice is two members), and the continuations of a text are those of every spelling."""
+    from sgl_runtime.constrained.grammar.unique_values import continuations, repeats
+
+    seen = frozenset([b'{"a":1,"b":[2,{"x":"y","z":null}]}', b'"s"', b'{"a":1,"a":2}'])
+    assert repeats(seen, b'{"b":[2,{"z":null,"x":"y"}],"a":1}') and repeats(seen, b'{"a":2,"a":1}')
+    assert not repeats(seen, b'{"b":[2,{"z":null,"x":"y"}],"a":2}') and not repeats(seen, b'{"a":2}')
+    assert continuations(seen, b'{"', 1) == {b"a", b"b"}
+    assert continuations(seen, b'{"b":[2,{"z":null,', 40) == {b'"x":"y"}],"a":1}'}
+    assert continuations(seen, b'{"a":', 2) == {b"1,", b"2,"}
+    assert continuations(seen, b'"s"', 3) == {b""} and continuations(seen, b'"t', 3) == set()
+    assert continuations(seen, b"{", 40, keep=lambda prefix: len(prefix) < 3) == {b'"a":', b'"b":'}  # whole key texts

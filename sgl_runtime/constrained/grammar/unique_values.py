@@ -133,17 +133,12 @@ def _read(tree, text: bytes) -> list:
                 if m < len(chunk):
                     out.append((("t", chunk[m:]), todo))
                     break
-            elif kind == "a" or kind == "o":
+            elif kind != "m" or not part[1]:
                 todo = _open(part, todo)
-            elif not part[1]:
-                todo = (("t", b"}"), todo)
             else:
-                left, first = part[1], part[2]
-                for k, (key, value) in enumerate(left):
-                    head = (b"" if first else b",") + key + b":"
+                for head, after in _next_members(part, todo):
                     m = min(len(head), n - i)
                     if text[i : i + m] == head[:m]:
-                        after = (value, (("m", left[:k] + left[k + 1 :], False), todo))
                         if m == len(head):
                             ways.append((after, i + m))  # one way, unless the item repeats this key
                         else:
@@ -155,7 +150,10 @@ def _read(tree, text: bytes) -> list:
 
 
 def _open(part, rest):
-    """The pending parts of a whole array or object `part`, followed by `rest`."""
+    """The pending parts of a whole array or object `part` (or of the `}` of an object with no
+    members left), followed by `rest`."""
+    if part[0] == "m":
+        return ("t", b"}"), rest
     if part[0] == "o":
         return ("t", b"{"), (("m", part[1], True), rest)
     items = part[1]
@@ -165,6 +163,14 @@ def _open(part, rest):
         if k:
             rest = ("t", b","), rest
     return ("t", b"["), rest
+
+
+def _next_members(part, rest):
+    """(key text with its `,` and `:`, the pending parts after it) for each member that an object's
+    remaining members `part` may write next."""
+    left, first = part[1], part[2]
+    for k, (key, value) in enumerate(left):
+        yield (b"" if first else b",") + key + b":", (value, (("m", left[:k] + left[k + 1 :], False), rest))
 
 
 def _extend(pending, limit: int, out: set, steps: list, keep=None) -> bool:
@@ -186,15 +192,10 @@ def _extend(pending, limit: int, out: set, steps: list, keep=None) -> bool:
             kind = part[0]
             if kind == "t":
                 acc += part[1]
-            elif kind == "a" or kind == "o":
+            elif kind != "m" or not part[1]:
                 pending = _open(part, pending)
-            elif not part[1]:
-                pending = (("t", b"}"), pending)
             else:
-                left, first = part[1], part[2]
-                for k, (key, value) in enumerate(left):
-                    head = (b"" if first else b",") + key + b":"
-                    rest = (("m", left[:k] + left[k + 1 :], False), pending)
-                    todo.append(((("t", head), (value, rest)), acc))
+                for head, after in _next_members(part, pending):
+                    todo.append(((("t", head), after), acc))
                 break
     return True
