@@ -184,6 +184,7 @@ def test_refusals_name_the_feature(pattern, feature):
         (r"[ab]*(?<=^a)b|[ab]*(?<!\Ab)a", ["ab", "aa", "a"], ["bb", "aab", "ba"]),
         (r"(?!^[0-9]+\Z)[a-z0-9]+", ["a1", "1a"], ["12", "7"]),  # a lookahead starting with ^
         (r"(?m)[a1\n]*(?!^1)[a1\n]+", ["a1", "\n1"], ["1"]),
+        (r"(?!(^|-)a)[ab-]+", ["ba", "-b", "b-a"], ["a", "-a", "ab"]),  # ^ in a leading lookahead's group
     ],
 )
 def test_known_regexes(pattern, yes, no):
@@ -405,6 +406,10 @@ def test_up_to_is_the_unrolled_repeat():
         r"^a|b\Z",  # anchors inside a top-level alternative: kept
         r"^(?=a)[ab]+\Z",
         r"^(?<!a)b",
+        # `^` opening a lookahead at the start, inside groups and alternatives (CloudFormation's
+        # `^(?!(^(https?|ftp|file):\/\/))[a-z0-9-]+(\.service-now\.com)\Z`)
+        r"^(?!(^(ab|b)-))[ab-]+\Z",
+        r"\A(?=a)(?!(^|1)ab|(^b))[ab1]{1,3}",
     ],
 )
 def test_anchored_searches_agree_with_re_search(pattern):

@@ -66,6 +66,8 @@ def regex_to_dfa(pattern: str, search: bool = False) -> Dfa:
     nodes = list(parsed)
     if search:
         nodes = _searched(nodes, flags)
+    else:
+        nodes = _from_the_start(nodes)
     try:
         dfa = _compile(nodes, flags, allow_guards=True)
     except ConstraintError as exc:
@@ -93,7 +95,9 @@ def _searched(nodes: list, flags: int) -> list:
     starts = bool(nodes) and nodes[0] in _STRING_STARTS[bool(flags & re.MULTILINE.value)]
     ends = bool(nodes) and nodes[-1] == _STRING_END
     body = nodes[int(starts) : len(nodes) - int(ends)]
-    if not starts:
+    if starts:
+        body = _from_the_start(body)
+    else:
         body = _cut(body, 0)
     if not ends:
         body = _cut(body, -1)
@@ -106,6 +110,41 @@ _STRING_STARTS = {  # multiline or not -> the nodes that hold only at the start 
     False: [(sre_parse.AT, sre_parse.AT_BEGINNING), (sre_parse.AT, sre_parse.AT_BEGINNING_STRING)],
     True: [(sre_parse.AT, sre_parse.AT_BEGINNING_STRING)],
 }
+
+
+def _start_anchor(node) -> bool:
+    return node[0] is sre_parse.AT and node[1] in (sre_parse.AT_BEGINNING, sre_parse.AT_BEGINNING_STRING)
+
+
+def _from_the_start(nodes: list) -> list:
+    """`nodes`, matched from the start of the text, with the `^`/`\\A` that open the body of a
+    lookahead there left out: at position 0 they hold (`^(?!(^https?://))...`, which would
+    otherwise put an anchor inside a lookaround). Zero-width nodes at the front (anchors, other
+    lookaheads) keep the position at 0."""
+    out = list(nodes)
+    for i, (op, av) in enumerate(out):
+        if _start_anchor((op, av)):
+            continue
+        if op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT) and av[0] == 1:
+            out[i] = (op, (1, _without_start_anchors(list(av[1]))))
+            continue
+        break
+    return out
+
+
+def _without_start_anchors(nodes: list) -> list:
+    """`nodes` without the start anchors at their front (inside leading groups and alternatives too)."""
+    while nodes and _start_anchor(nodes[0]):
+        nodes = nodes[1:]
+    if not nodes:
+        return nodes
+    op, av = nodes[0]
+    if op is sre_parse.SUBPATTERN:
+        group, add_flags, del_flags, body = av
+        return [(op, (group, add_flags, del_flags, _without_start_anchors(list(body)))), *nodes[1:]]
+    if op is sre_parse.BRANCH:
+        return [(op, (av[0], [_without_start_anchors(list(alt)) for alt in av[1]])), *nodes[1:]]
+    return nodes
 
 
 def _cut(nodes: list, at: int) -> list:
