@@ -21,6 +21,7 @@ Offers (stable interface, used by the token index, jump-forward and the lark gra
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import weakref
@@ -104,6 +105,12 @@ class Vocabulary:
     def max_token_len(self) -> int:
         return max((len(b) for b in self._byte_table[0]), default=0)
 
+    def begins_a_token(self, prefix: bytes) -> bool:
+        """Whether some token's bytes begin with `prefix`."""
+        ordered = self._sorted_bytes
+        i = bisect.bisect_left(ordered, prefix)
+        return i < len(ordered) and ordered[i].startswith(prefix)
+
     # ---- private ------------------------------------------------------------------------
 
     @cached_property
@@ -114,6 +121,10 @@ class Vocabulary:
             if b:
                 token_to_unique[i] = index.setdefault(b, len(index))
         return list(index), token_to_unique
+
+    @cached_property
+    def _sorted_bytes(self) -> list[bytes]:
+        return sorted(self._byte_table[0])
 
     @cached_property
     def _walk_table(self) -> "WalkTable":

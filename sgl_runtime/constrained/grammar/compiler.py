@@ -15,7 +15,6 @@ lexer contexts and vocabulary walks that masks would otherwise build on first us
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import OrderedDict
@@ -141,7 +140,7 @@ class GrammarConstraint(Constraint):
             text = frame[1] + state.token
             if not hasattr(self, "_longest"):
                 self._longest = self.vocabulary.max_token_len()
-            ahead = rests(frame, text, self._longest, self._begins_a_token)
+            ahead = rests(frame, text, self._longest, self.vocabulary.begins_a_token)
             if ahead is None:  # too many ways on: every allowed token that starts along one
                 candidates.update(self._ids_starting_with(mask, firsts(frame, state.token) or set()))
                 continue
@@ -151,13 +150,6 @@ class GrammarConstraint(Constraint):
         for i in candidates:
             if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
                 mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
-
-    def _begins_a_token(self, prefix: bytes) -> bool:
-        """Whether some token's bytes begin with `prefix`."""
-        if not hasattr(self, "_sorted_tokens"):
-            self._sorted_tokens = sorted({data for data in self.vocabulary.token_bytes if data})
-        i = bisect.bisect_left(self._sorted_tokens, prefix)
-        return i < len(self._sorted_tokens) and self._sorted_tokens[i].startswith(prefix)
 
     def _ids_starting_with(self, mask: np.ndarray, firsts: set) -> list[int]:
         """The tokens allowed by `mask` whose first byte is in `firsts`."""
