@@ -11,7 +11,8 @@ schema_instances.py). Sources, read from installed or downloaded PyPI packages:
 - this project's benchmarks/schemas/ and the tool (function-calling) schemas of its tests/examples.
 Writes corpus.json.gz (schemas and instances), manifest.json (source and licence per schema,
 instance counts) and LICENSES/. --relabel keeps the corpus and labels its instances again with
-schema_instances.validator_for (an instance whose label changes moves to the other list).
+schema_instances.Labeller (an instance whose label changes moves to the other list; one whose label
+depends on whether `format` asserts is left out).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from schema_instances import SlowPattern, instances, validator_for  # noqa: E402
+from schema_instances import Labeller, instances  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks/schema_corpus"
@@ -193,18 +194,17 @@ def main() -> None:
 
 
 def _relabel(entry: dict) -> None:
-    """Move each instance of `entry` to the list its label by validator_for puts it in (an
-    instance whose pattern backtracks too long is left out)."""
-    validator = validator_for(entry["schema"])
+    """Move each instance of `entry` to the list its Labeller label puts it in (an instance whose
+    label depends on whether `format` asserts, or whose pattern backtracks too long, is left out)."""
+    label = Labeller(entry["schema"])
     labelled: dict = {"valid": [], "invalid": []}
     for value in entry["valid"] + entry["invalid"]:
-        try:
-            labelled["valid" if validator.is_valid(value) else "invalid"].append(value)
-        except SlowPattern:
-            continue
-    moved = len(labelled["valid"]) - len(entry["valid"])
-    if moved:
-        print(f"{entry['name']:60} {moved:+d} valid", flush=True)
+        verdict = label(value)
+        if verdict is not None:
+            labelled["valid" if verdict else "invalid"].append(value)
+    valid, invalid = len(labelled["valid"]) - len(entry["valid"]), len(labelled["invalid"]) - len(entry["invalid"])
+    if valid or invalid:
+        print(f"{entry['name']:60} {valid:+d} valid {invalid:+d} invalid", flush=True)
     entry.update(labelled)
 
 

@@ -1,6 +1,8 @@
 """Valid and invalid instances of a JSON Schema, each checked by jsonschema (the validator of the
 schema's declared draft, with patterns read as ECMA-262 regexes, as JSON Schema specifies: the
-regress library, not Python's re).
+regress library, not Python's re). JSON Schema lets a validator treat `format` as an annotation
+(the default) or as an assertion, so an instance is kept only where both readings give it the same
+label (jsonschema's format checker, with the format-nongpl extra's checkers, for the second).
 
 Valid candidates come from walking the schema (required keys, some optional ones, enum/const/
 examples, formats, patterns through rstr, numeric bounds, free-form values nested a few levels);
@@ -127,8 +129,9 @@ def _additional_properties(validator, additional, instance, schema):
         yield jsonschema.ValidationError(f"additional properties are not allowed ({extras!r} were unexpected)")
 
 
-def validator_for(schema: Any) -> jsonschema.protocols.Validator:
-    """jsonschema's validator of the schema's draft, with ECMA-262 patterns (`search`)."""
+def validator_for(schema: Any, formats: bool = False) -> jsonschema.protocols.Validator:
+    """jsonschema's validator of the schema's draft, with ECMA-262 patterns (`search`); `formats`
+    asserts `format` (the draft's format checker) instead of reading it as an annotation."""
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     ecma = {
         "pattern": _guarded_pattern,
@@ -136,19 +139,29 @@ def validator_for(schema: Any) -> jsonschema.protocols.Validator:
         "additionalProperties": _additional_properties,
     }
     guarded = jsonschema.validators.extend(cls, ecma)
-    return guarded(schema, registry=_registry(schema, cls), format_checker=None)
+    checker = guarded.FORMAT_CHECKER if formats else None
+    return guarded(schema, registry=_registry(schema, cls), format_checker=checker)
 
 
-def _is_valid(validator, instance) -> bool | None:
-    try:
-        return validator.is_valid(instance)
-    except SlowPattern:
-        return None
+class Labeller:
+    """An instance's label under `schema`: True (valid) or False (invalid) where the label is the
+    same whether `format` is an annotation or an assertion; None where it is not (the spec leaves
+    the choice to the validator) or a pattern backtracks too long."""
+
+    def __init__(self, schema: Any) -> None:
+        self.plain, self.formats = validator_for(schema), validator_for(schema, formats=True)
+
+    def __call__(self, instance) -> bool | None:
+        try:
+            plain = self.plain.is_valid(instance)
+            return plain if self.formats.is_valid(instance) == plain else None
+        except SlowPattern:
+            return None
 
 
 def instances(schema: Any, seed: int, want: int = 4, tries: int = 16) -> tuple[list, list]:
     """(valid instances, invalid instances), at most `want` of each, all labelled by jsonschema."""
-    validator = validator_for(schema)
+    label = Labeller(schema)
     walker = _Walker(schema, random.Random(seed))
     valid, invalid, seen = [], [], set()
     for attempt in range(tries):
@@ -170,14 +183,14 @@ def instances(schema: Any, seed: int, want: int = 4, tries: int = 16) -> tuple[l
         ):
             continue
         key = json.dumps(candidate, sort_keys=True)
-        if candidate is not NO_VALUE and key not in seen and _is_valid(validator, candidate):
+        if candidate is not NO_VALUE and key not in seen and label(candidate):
             seen.add(key)
             valid.append(candidate)
     rng = random.Random(seed + 1)
     for base in valid:
         for mutant in _mutants(base, rng):
             key = json.dumps(mutant, sort_keys=True)
-            if key not in seen and _is_valid(validator, mutant) is False:
+            if key not in seen and label(mutant) is False:
                 seen.add(key)
                 invalid.append(mutant)
                 break
@@ -186,7 +199,7 @@ def instances(schema: Any, seed: int, want: int = 4, tries: int = 16) -> tuple[l
             break
         for mutant in list(_mutants(base, rng))[::-1]:
             key = json.dumps(mutant, sort_keys=True)
-            if key not in seen and _is_valid(validator, mutant) is False:
+            if key not in seen and label(mutant) is False:
                 seen.add(key)
                 invalid.append(mutant)
                 break
