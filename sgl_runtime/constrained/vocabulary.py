@@ -111,6 +111,30 @@ class Vocabulary:
         i = bisect.bisect_left(ordered, prefix)
         return i < len(ordered) and ordered[i].startswith(prefix)
 
+    def ids_beginning_with(self, prefix: bytes) -> list[int]:
+        """Token ids whose raw bytes begin with `prefix` (non-empty)."""
+        ordered = self._sorted_bytes
+        i = bisect.bisect_left(ordered, prefix)
+        out: list[int] = []
+        while i < len(ordered) and ordered[i].startswith(prefix):
+            out += self._ids_by_bytes[ordered[i]]
+            i += 1
+        return out
+
+    def ids_opening_key(self, rest: bytes) -> list[int]:
+        """Token ids spelling `[ws or ,]* "` then a prefix of `rest`, or `rest` and more: the tokens
+        that begin an object key token (see grammar/frames.py) whose key, after its quote, is `rest`."""
+        posts, ids = self._quoted_tokens
+        out: list[int] = []
+        for k in range(len(rest)):
+            for i in range(bisect.bisect_left(posts, rest[:k]), bisect.bisect_right(posts, rest[:k])):
+                out += ids[i]
+        i = bisect.bisect_left(posts, rest)
+        while i < len(posts) and posts[i].startswith(rest):
+            out += ids[i]
+            i += 1
+        return out
+
     # ---- private ------------------------------------------------------------------------
 
     @cached_property
@@ -125,6 +149,18 @@ class Vocabulary:
     @cached_property
     def _sorted_bytes(self) -> list[bytes]:
         return sorted(self._byte_table[0])
+
+    @cached_property
+    def _quoted_tokens(self) -> tuple[list[bytes], list[list[int]]]:
+        """(sorted texts after the first quote, their token ids) of the tokens that hold only
+        whitespace and commas before a quote."""
+        by_post: dict[bytes, list[int]] = {}
+        for data in self._byte_table[0]:
+            q = data.find(b'"')
+            if q >= 0 and not data[:q].strip(b" \t\n\r,"):
+                by_post.setdefault(data[q + 1 :], []).extend(self._ids_by_bytes[data])
+        posts = sorted(by_post)
+        return posts, [by_post[p] for p in posts]
 
     @cached_property
     def _walk_table(self) -> "WalkTable":

@@ -27,7 +27,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, GrammarCompletion
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.forced import ForcedTokens
-from sgl_runtime.constrained.grammar.frames import affects_masks, at_bound, firsts, rests
+from sgl_runtime.constrained.grammar.frames import at_bound, closing_quote, firsts, is_keys, rests
 from sgl_runtime.constrained.grammar.source import build_parser
 from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.matcher import Matcher
@@ -95,7 +95,7 @@ class GrammarConstraint(Constraint):
     def bitmask(self, state: GrammarState) -> np.ndarray:
         """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
         with self._lock:
-            repeats = any(map(affects_masks, state.frames))  # the exact state (items seen, item text)
+            repeats = self.engine.frames_matter(state)  # the exact state (items or keys seen, item text)
             key = state if repeats else self.masks.canonical(state.bare())
             mask = self._cache.get(key)
             if mask is not None:
@@ -131,8 +131,11 @@ class GrammarConstraint(Constraint):
         a unique array or leave only repeats to finish one: those that follow an earlier item's
         text, and those that close a token and hold a `,` or `]` (they may end an item, and a
         `,` starts the next); each checked with the exact scalar step."""
-        candidates = set(self._closing_ids(state))
-        for frame in state.frames:
+        arrays = [frame for frame in state.frames if not is_keys(frame)]
+        candidates = set(self._closing_ids(state)) if arrays else set()
+        if self.engine.frames_matter(state) and any(map(is_keys, state.frames)):
+            candidates.update(self._key_candidates(state))
+        for frame in arrays:
             if frame[1] is None or frame[2].unique is None:
                 if at_bound(frame):  # its separator may not follow: every token that holds one
                     candidates.update(np.flatnonzero(self._delimiter_flags(b",")).tolist())
@@ -150,6 +153,28 @@ class GrammarConstraint(Constraint):
         for i in candidates:
             if (int(mask[i // 32]) >> (i % 32)) & 1 and self.step(state, i) is None:
                 mask[i // 32] &= np.uint32(~(1 << (i % 32)) & 0xFFFFFFFF).view(np.int32)
+
+    def _key_candidates(self, state: GrammarState) -> set:
+        """The tokens that may finish the key being read as one of the object's earlier keys (a
+        superset; the caller checks each): those that close the key token and hold its `:`, and
+        those that spell the rest of an earlier key, or begin it, with what a key token holds before
+        its opening quote."""
+        j = self.engine._key_frame(state)
+        if j < 0:
+            return set()
+        seen, token = state.frames[j][0], state.token
+        rows = self.masks.closing_rows(state.bare())
+        out = set(rows[self._delimiter_flags(b":")[rows]].tolist())
+        start = token.find(b'"')
+        for key in seen:
+            if start < 0:
+                out.update(self.vocabulary.ids_opening_key(key[1:]))
+            elif closing_quote(token, start) is None and key.startswith(token[start:]):
+                rest = key[len(token) - start :]
+                for k in range(1, len(rest)):
+                    out.update(self.vocabulary.ids_for_bytes(rest[:k]))
+                out.update(self.vocabulary.ids_beginning_with(rest))
+        return out
 
     def _ids_starting_with(self, mask: np.ndarray, firsts: set) -> list[int]:
         """The tokens allowed by `mask` whose first byte is in `firsts`."""

@@ -27,7 +27,7 @@ from lark.lexer import UnlessCallback
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar import frames as array_frames
-from sgl_runtime.constrained.grammar.frames import CLOSE, ITEM, OPEN, OPEN_VALUES, firsts
+from sgl_runtime.constrained.grammar.frames import CLOSE, ITEM, OPEN, OPEN_VALUES, firsts, is_keys, key_firsts
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.parser import LalrStacks
 from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
@@ -98,6 +98,7 @@ class GrammarEngine:
         opens = {name for name, kind in self.unique_rules.items() if array_frames.opener(kind) is not None}
         # parser states right after a unique array's `[` whose OPEN waits for the next token's type
         self._opening = frozenset(st for st, row in self.parser.states.items() if opens.intersection(row))
+        self._key_bits = array_frames.key_types(self.lark.rules, self.unique_rules, self.type_index)
         self.max_ignore_bytes = max_ignore_bytes
         self.max_ignored_run = max_ignored_run
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
@@ -217,6 +218,13 @@ class GrammarEngine:
             i += 1
         return GrammarState(stack, ignored, x, tail, token, frames)
 
+    def frames_matter(self, state: GrammarState) -> bool:
+        """Whether the masks of `state` depend on its frames, not only on the lexer and parser: an
+        array's unique items or last item, or an object's keys where the token read may be a key."""
+        return any(not is_keys(f) and array_frames.affects_masks(f) for f in state.frames) or (
+            self._key_frame(state) >= 0
+        )
+
     def viable(self, state: GrammarState, budget: Optional[list] = None) -> bool:
         """Whether some continuation of the text read so far is a sentence."""
         if state.frames and self._repeats_only(state, budget or [ESCAPE_FEEDS]):
@@ -262,7 +270,33 @@ class GrammarEngine:
             ahead = firsts(frame, state.token)
             if ahead is not None and not self._escapes(state, j, ahead, budget):
                 return True
+        j = self._key_frame(state)
+        if j >= 0:
+            ahead = key_firsts(state.frames[j][0], state.token)
+            if ahead is not None and not self._escapes(state, j, ahead, budget):
+                return True
         return False
+
+    def _key_frame(self, state: GrammarState) -> int:
+        """The index of the innermost object's frame if it has keys and the token being read may
+        close as one of its keys (what the parser accepts here); -1 otherwise (also right after a
+        `{` or `[` whose frame opens once the next token is read)."""
+        for j in range(len(state.frames) - 1, -1, -1):
+            frame = state.frames[j]
+            if is_keys(frame):
+                if not frame[0] or state.stack[-1] in self._opening:
+                    return -1
+                if not self.context(state.stack).possible(state.lex) & self._key_bits:
+                    return -1
+                return j if self.allowed_bits(state.stack, state.ignored) & self._key_bits else -1
+        return -1
+
+    def _item_firsts(self, state: GrammarState, j: int) -> Optional[set]:
+        """`firsts` of frame j in `state` (an object's: its keys, where a key is being read)."""
+        frame = state.frames[j]
+        if not is_keys(frame):
+            return firsts(frame, state.token)
+        return key_firsts(frame[0], state.token) if self._key_frame(state) == j else None
 
     def _escapes(self, state: GrammarState, j: int, ahead: set, budget: list) -> bool:
         """Whether frame j's item can leave the earlier items it may still become (`firsts`: the
@@ -281,11 +315,12 @@ class GrammarEngine:
                 if nxt is None:
                     continue
                 frames = nxt.frames
-                if len(frames) <= j or frames[j][0] is not seen or frames[j][1] is None:
+                ended = len(frames) <= j or frames[j][0] is not seen
+                if ended or (frames[j][1] is None and not is_keys(frames[j])):
                     if self.viable(nxt, budget):  # the item ended, and not as an earlier one
                         return True
                     continue
-                more = firsts(frames[j], nxt.token)
+                more = self._item_firsts(nxt, j)
                 if more is None:
                     if self.viable(nxt, budget):
                         return True

@@ -1,4 +1,5 @@
-"""Open arrays whose items the grammar engine tracks: unique items, and item counts the rules leave out.
+"""Open arrays and objects whose members the grammar engine tracks: unique items, item counts the
+rules leave out, and the keys of objects (no key twice).
 
 The grammar marks three rules of such an array (`GrammarEngine.unique_rules`): an empty one right
 after `[` (its `Opener`: a new array), one around each item (ITEM: an item ends), and the array's
@@ -21,6 +22,8 @@ from sgl_runtime.constrained.grammar.unique_values import continuations, repeats
 NOTHING_SEEN: frozenset = frozenset()
 OPEN, ITEM, CLOSE = "open", "item", "close"  # the marked rules of an array whose items must be unique
 OPEN_VALUES = "open values"  # OPEN for items compared as JSON values (unique_values), not as text
+KEY = "key"  # an empty rule right before an object's key token (its frame's next shift is the key)
+PENDING = b""  # a keys frame's item between KEY and the key token's shift
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,18 @@ class Opener:
     high: Optional[int] = None
 
 
+KEYS = Opener("keys")  # an object's opening mark: its keys are tracked
 OPENERS = {OPEN: Opener("text"), OPEN_VALUES: Opener("values")}
 
 
 def opener(mark) -> Optional[Opener]:
     """The Opener a mark stands for (None for ITEM and CLOSE)."""
     return mark if isinstance(mark, Opener) else OPENERS.get(mark)
+
+
+def is_keys(frame: tuple) -> bool:
+    """Whether the frame is an object's (its keys tracked), not an array's."""
+    return frame[2].unique == "keys"
 
 
 def at_bound(frame: tuple) -> bool:
@@ -47,7 +56,8 @@ def at_bound(frame: tuple) -> bool:
 
 
 def affects_masks(frame: tuple) -> bool:
-    """Whether masks depend on the frame (beyond the parser state): unique items, or the last item."""
+    """Whether masks depend on an array's frame (beyond the parser state): unique items, or the
+    last item. (An object's frame matters where a key may be read: GrammarEngine.frames_matter.)"""
     return frame[2].unique is not None or at_bound(frame)
 
 
@@ -60,7 +70,13 @@ def after(frames: tuple, events: tuple, text: bytes) -> Optional[tuple]:
     for event in events:
         if event is SHIFT:
             for k, (seen, item, op, count) in enumerate(out):
-                if item is None:
+                if op.unique == "keys":
+                    if item is not None:  # PENDING: this is the key token itself
+                        key = key_text(text)
+                        if key in seen:
+                            return None
+                        out[k] = (seen | {key}, None, op, count + 1)
+                elif item is None:
                     if op.high is not None and count >= op.high and b"," in text:
                         return None
                     out[k] = (seen, b"", op, count)
@@ -75,8 +91,12 @@ def after(frames: tuple, events: tuple, text: bytes) -> Optional[tuple]:
             out[-1] = (seen | {item} if op.unique is not None else seen, None, op, count + 1)
         elif event == CLOSE:
             out.pop()
+        elif event == KEY:
+            seen, _, op, count = out[-1]
+            out[-1] = (seen, PENDING, op, count)
         else:
-            out.append((NOTHING_SEEN, b"", opener(event), 0))
+            op = opener(event)
+            out.append((NOTHING_SEEN, None if op.unique == "keys" else b"", op, 0))
     return tuple(out)
 
 
@@ -85,7 +105,7 @@ def firsts(frame: tuple, token: bytes) -> Optional[set]:
     + `token`) may still become; None when it can become none of them (or is between items, or the
     array's items need not be unique)."""
     seen, item, op, _ = frame
-    if item is None or not seen or op.unique is None:
+    if item is None or not seen or op.unique is None or op.unique == "keys":
         return None
     text = item + token
     if op.unique == "values":
@@ -102,3 +122,58 @@ def rests(frame: tuple, text: bytes, longest: int, keep=None):
     if op.unique == "values":
         return continuations(seen, text, longest, keep)
     return {w[len(text) : len(text) + longest] for w in seen if w.startswith(text)}
+
+
+WHITESPACE = frozenset(b" \t\n\r")
+BEFORE_KEY = WHITESPACE | {ord(",")}  # what a key token may hold before the key's opening quote
+AFTER_KEY = WHITESPACE | {ord(":")}  # and after its closing quote
+
+
+def key_types(rules, marks: dict, type_index: dict) -> int:
+    """Bitset of the token types that follow a KEY rule in some lark rule: the key tokens of the
+    objects whose keys are tracked."""
+    keys, bits = {name for name, kind in marks.items() if kind == KEY}, 0
+    for rule in rules if keys else ():
+        names = [getattr(sym, "name", sym) for sym in rule.expansion]
+        for a, b in zip(names, names[1:]):
+            if a in keys and b in type_index:
+                bits |= 1 << type_index[b]
+    return bits
+
+
+def key_text(token: bytes) -> bytes:
+    """The quoted key of a key token `[,] "key" :` (whitespace around)."""
+    return token[token.index(b'"') : token.rindex(b'"') + 1]
+
+
+def key_firsts(seen: frozenset, token: bytes) -> Optional[set]:
+    """The bytes that go on along an earlier key of an object which the key token read so far
+    (`token`) may still become; None when it can become none of them (or is no key's beginning)."""
+    if not seen:
+        return None
+    start = token.find(b'"')
+    if start < 0:
+        return set(BEFORE_KEY) | {ord('"')} if all(b in BEFORE_KEY for b in token) else None
+    if not all(b in BEFORE_KEY for b in token[:start]):
+        return None
+    end = closing_quote(token, start)
+    if end is not None:
+        if token[start : end + 1] in seen and all(b in AFTER_KEY for b in token[end + 1 :]):
+            return set(AFTER_KEY)
+        return None
+    text = token[start:]
+    ahead = {k[len(text)] for k in seen if k.startswith(text)}
+    return ahead or None
+
+
+def closing_quote(token: bytes, start: int) -> Optional[int]:
+    """The index of the quote closing the JSON string opened at `start`, or None if it is open."""
+    i = start + 1
+    while i < len(token):
+        if token[i] == 0x5C:  # backslash: the next byte is escaped
+            i += 2
+            continue
+        if token[i] == 0x22:
+            return i
+        i += 1
+    return None

@@ -45,7 +45,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.applicators import applicator_parts, dependent_schemas
 from sgl_runtime.constrained.json_schema.arrays import array_dfa
-from sgl_runtime.constrained.json_schema.drafts import declared_draft, to_latest
+from sgl_runtime.constrained.json_schema.drafts import check_options, to_latest
 from sgl_runtime.constrained.json_schema.formats import format_content
 from sgl_runtime.constrained.json_schema.numbers import number_dfa
 from sgl_runtime.constrained.json_schema.objects import object_dfa
@@ -129,8 +129,10 @@ def schema_to_dfa(
     integral_floats: bool = False,
     indent: int | None = None,
     key_order: str = "properties",
+    repeated_keys: bool = False,
 ) -> Dfa:
-    """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`)."""
+    """Like schema_to_fsm, returning this package's minimal `Dfa` (with `.accepts(text)`); with
+    `repeated_keys`, minProperties counts an undeclared key written twice twice (language.py)."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -142,18 +144,10 @@ def schema_to_dfa(
         tokens = _tokens(whitespace, indent, integral_floats)
         try:
             compiler = _Compiler(schema, tokens, lenient, max_recursion_depth, max_nesting_depth)
+            compiler.repeated_keys = repeated_keys
             return compiler.compile(schema, 0, NORMAL if key_order == "properties" else FREE_ORDER)
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None
-
-
-def check_options(schema, integral_floats, key_order) -> None:
-    if not isinstance(integral_floats, bool):
-        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
-    if integral_floats and declared_draft(schema) == "draft-04":
-        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
-    if key_order not in ("properties", "any"):
-        raise ConstraintError(f"key_order: expected 'properties' or 'any', got {key_order!r}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -181,6 +175,7 @@ class _Compiler:
         # schemas whose language holds at any level (the grammar form's closed ones): compiled once
         self.level_free: Optional[Callable[[Any], bool]] = None
         self.too_large: dict = {}  # level-free keys whose compile alone ran out of work budget: their error
+        self.keys_tracked = self.repeated_keys = False  # see objects.py's KEYS_NOT_REGULAR refusal
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:

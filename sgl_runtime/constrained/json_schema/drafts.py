@@ -143,3 +143,13 @@ def _draft4(schema: dict) -> None:
             raise ConstraintError(f"{exclusive}: draft-04 expects a boolean, got {flag!r}")
         if flag and bound in schema:
             schema[exclusive] = schema.pop(bound)
+
+
+def check_options(schema, integral_floats, key_order) -> None:
+    """ConstraintError on json_schema options that are malformed or contradict the schema's draft."""
+    if not isinstance(integral_floats, bool):
+        raise ConstraintError(f"integral_floats: expected a boolean, got {integral_floats!r}")
+    if integral_floats and declared_draft(schema) == "draft-04":
+        raise ConstraintError("integral_floats: draft-04 does not count 1.0 as an integer")
+    if key_order not in ("properties", "any"):
+        raise ConstraintError(f"key_order: expected 'properties' or 'any', got {key_order!r}")

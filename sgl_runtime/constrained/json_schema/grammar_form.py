@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset, literal, work_budget
+from sgl_runtime.constrained.automata import Dfa, literal, work_budget
 from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
 from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED, merged_object
-from sgl_runtime.constrained.json_schema.objects import TOO_MANY_TRACKED
+from sgl_runtime.constrained.json_schema.objects import KEYS_NOT_REGULAR, TOO_MANY_TRACKED
 from sgl_runtime.constrained.json_schema.presence import presence
 from sgl_runtime.constrained.json_schema.schema_grammar import SchemaGrammar
 from sgl_runtime.constrained.json_schema.shapes import (
@@ -43,6 +43,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     SCALAR,
     SCALAR_KEYWORDS,
     Shapes,
+    first_char_dfa,
     literals,
     members,
     types_of,
@@ -72,25 +73,14 @@ _COMPLEMENTS = {
 
 
 def is_unique_refusal(exc: ConstraintError) -> bool:
-    """Whether a flat compile refused `uniqueItems` (the grammar form may still do it)."""
-    return str(exc).startswith("uniqueItems")
+    """Whether a flat compile refused `uniqueItems`, or undeclared keys that must not repeat (the
+    grammar form may still do it)."""
+    return str(exc).startswith(("uniqueItems", KEYS_NOT_REGULAR))
 
 
 def is_budget_error(exc: ConstraintError) -> bool:
     """Whether a flat compile failed on its size rather than on an unsupported keyword."""
     return str(exc).startswith(_TOO_BIG)
-
-
-def first_char_dfa(cats: frozenset) -> Dfa:
-    """Strings whose first character starts a value of one of `cats`."""
-    first: Charset = charset("")
-    if OBJECT in cats:
-        first = first | charset("{")
-    if ARRAY in cats:
-        first = first | charset("[")
-    if SCALAR in cats:
-        first = first | ~charset("{[")
-    return Dfa((((first, 1),), ((ANY_CHAR, 1),)), frozenset({1}))
 
 
 class GrammarBuilder:
@@ -103,7 +93,8 @@ class GrammarBuilder:
         comp.level_free = self.shapes.closed  # a leaf built inside a larger failed attempt is reused
         self.rules: dict[str, list[list[str]]] = {}
         self.terminals: dict[str, ByteDFA] = {}
-        self.unique: dict[str, str] = {}  # the marked rules of unique arrays (unique_grammar.py)
+        self.unique: dict[str, str] = {}  # the marked rules of unique arrays and tracked objects
+        self.track_keys = False  # objects reject a key written twice (unique_grammar.track_keys)
         self.nodes: dict = {}
         self._pending: dict[str, bool] = {}
         self._terms: dict = {}
@@ -118,7 +109,9 @@ class GrammarBuilder:
     # ------------------------------------------------------------------ output
     def build(self, schema) -> SchemaGrammar:
         from sgl_runtime.constrained.json_schema.grammar_rules import free_form  # noqa: F401 - warm import
+        from sgl_runtime.constrained.json_schema.unique_grammar import track_keys
 
+        self.track_keys = self.comp.keys_tracked = track_keys(self, schema)
         root = self.node(schema)
         if root is None:
             raise ConstraintError("the json_schema constraint matches no value at all")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sgl_runtime.constrained.automata import literal
 from sgl_runtime.constrained.automata_ops import union
 from sgl_runtime.constrained.errors import ConstraintError
-from sgl_runtime.constrained.grammar.frames import OPEN, OPEN_VALUES, Opener
+from sgl_runtime.constrained.grammar.frames import CLOSE, KEY, KEYS, OPEN, OPEN_VALUES, Opener
 from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
@@ -33,8 +33,14 @@ def free_form(b, c: str) -> str:
         lbrace, rbrace, lbracket, rbracket = (b.punct(p) for p in ("LBRACE", "RBRACE", "LBRACKET", "RBRACKET"))
         first, nxt = b.key(string_dfa(), True, ("free",)), b.key(string_dfa(), False, ("free",))
         b.rule([["ff_object"], ["ff_array"], [scalar]], "ff_value")
-        b.rule([[lbrace, rbrace], [lbrace, "ff_members", rbrace]], "ff_object")
-        b.rule([[first, "ff_value"], ["ff_members", nxt, "ff_value"]], "ff_members")
+        if b.track_keys:  # no key twice (unique_grammar.py, track_keys)
+            opened, at = [lbrace, key_rules(b)[0]], key_rules(b)[1]
+            b.rule([[*opened, rbrace], [*opened, "ff_members", rbrace]], "ff_object")
+            b.rule([[at, first, "ff_value"], ["ff_members", at, nxt, "ff_value"]], "ff_members")
+            b.unique["ff_object"] = CLOSE
+        else:
+            b.rule([[lbrace, rbrace], [lbrace, "ff_members", rbrace]], "ff_object")
+            b.rule([[first, "ff_value"], ["ff_members", nxt, "ff_value"]], "ff_members")
         b.rule([[lbracket, rbracket], [lbracket, "ff_items", rbracket]], "ff_array")
         b.rule([["ff_value"], ["ff_items", b.punct("COMMA"), "ff_value"]], "ff_items")
         b.free_scalar = scalar
@@ -158,26 +164,40 @@ class _Members:
     def build(self) -> str | None:
         b, spec = self.b, self.spec
         lbrace, rbrace = b.punct("LBRACE"), b.punct("RBRACE")
+        opened, at = ([lbrace, key_rules(b)[0]], [key_rules(b)[1]]) if b.track_keys else ([lbrace], [])
         alternatives = []
         if self.optional_from(0) and self.final(0, 0):
-            alternatives.append([lbrace, rbrace])
+            alternatives.append([*opened, rbrace])
         for term, value, dst in self.edges(0, 0, 0):
-            self.rules[self.state(dst)].append([term, value])
+            self.rules[self.state(dst)].append([*at, term, value])
         while self.work:
             i, count, mask = key = self.work.pop()
             name = self.names[key]
             for term, value, dst in self.edges(i, count, mask):
-                self.rules[self.state(dst)].append([name, term, value])
+                self.rules[self.state(dst)].append([name, *at, term, value])
             if i < len(spec.fixed) and spec.fixed[i] not in spec.required:
                 self.rules[self.state((i + 1, count, mask))].append([name])  # skip the optional key
             if i == len(spec.fixed) and self.final(count, mask):
-                alternatives.append([lbrace, name, rbrace])
+                alternatives.append([*opened, name, rbrace])
         if not alternatives:
             return None
         for name, alts in self.rules.items():
             if alts:
                 b.rule(alts, name)
-        return b.rule(alternatives)
+        name = b.rule(alternatives)
+        if b.track_keys:
+            b.unique[name] = CLOSE
+        return name
+
+
+def key_rules(b) -> tuple[str, str]:
+    """The two empty rules of objects whose keys the engine tracks (grammar/frames.py): one right
+    after `{` (KEYS: a new object), one right before each key token (KEY), shared by every object."""
+    if "k_open" not in b.rules:
+        b.rule([[]], "k_open")
+        b.rule([[]], "k_at")
+        b.unique["k_open"], b.unique["k_at"] = KEYS, KEY
+    return "k_open", "k_at"
 
 
 # ---------------------------------------------------------------------- arrays

@@ -12,7 +12,10 @@
 - a closed schema with a string of a length bound over FLAT_LENGTHS_UP_TO (256) characters
   takes the grammar form, where that string is one counted terminal (long_strings.py), unless
   the grammar form refuses it (a shorter one keeps the automaton and its device-side masks);
-- an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton.
+- an explicit `max_nesting_depth` or `max_recursion_depth` asks for the bounded flat automaton;
+- an object whose undeclared keys count towards `minProperties` takes the grammar form, whose
+  objects reject a key written twice (`{"a":1,"a":2}` is one property); only where the grammar form
+  refuses the schema does the flat automaton count such a key as written.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import json
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
-from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, check_options, schema_to_dfa
-from sgl_runtime.constrained.json_schema.drafts import to_latest
+from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, schema_to_dfa
+from sgl_runtime.constrained.json_schema.drafts import check_options, to_latest
 from sgl_runtime.constrained.json_schema.grammar_form import (
     LEAF_WORK_STATES,
     GrammarBuilder,
@@ -31,6 +34,7 @@ from sgl_runtime.constrained.json_schema.grammar_form import (
     is_unique_refusal,
 )
 from sgl_runtime.constrained.json_schema.long_strings import has_long_strings
+from sgl_runtime.constrained.json_schema.objects import is_keys_refusal
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 from sgl_runtime.constrained.json_schema.schema_grammar import is_ambiguity_refusal
 from sgl_runtime.constrained.json_schema.shapes import Shapes
@@ -48,7 +52,7 @@ def compile_schema(schema, **options):
         except ValueError as exc:
             raise ConstraintError(f"json_schema: not valid JSON: {exc}") from None
     if any(k in options for k in _BOUNDS):
-        return schema_to_dfa(schema, **options)
+        return _flat(schema, options)
     check_options(schema, options.get("integral_floats", False), options.get("key_order", "properties"))
     latest = to_latest(schema)
     try:
@@ -71,6 +75,8 @@ def compile_schema(schema, **options):
         try:
             return schema_to_grammar(schema, **options)
         except ConstraintError:
+            if is_keys_refusal(refused):
+                return schema_to_dfa(schema, repeated_keys=True, **options)
             if is_unique_refusal(refused):
                 raise refused from None
             raise
@@ -81,9 +87,20 @@ def compile_schema(schema, **options):
             raise  # the flat automaton would need more still, or refuse the same after building long strings
         refused = exc
     try:
-        return schema_to_dfa(schema, **options)
+        return _flat(schema, options)
     except ConstraintError:
         raise refused from None
+
+
+def _flat(schema, options: dict):
+    """The flat automaton; where undeclared keys must not repeat (minProperties) and the grammar
+    form cannot take the schema, the one that counts a key written twice twice (documented)."""
+    try:
+        return schema_to_dfa(schema, **options)
+    except ConstraintError as exc:
+        if not is_keys_refusal(exc):
+            raise
+    return schema_to_dfa(schema, repeated_keys=True, **options)
 
 
 def schema_to_grammar(

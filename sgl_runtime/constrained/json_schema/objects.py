@@ -27,6 +27,12 @@ MAX_FREE_ORDER_KEYS = 4  # normal mode: beyond this, undeclared required keys go
 MAX_PATTERN_PROPERTIES = 32
 MAX_PATTERN_CELLS = 64  # ways an undeclared key can meet the patterns (each a key class of its own)
 TOO_MANY_TRACKED = f"object: more than {MAX_TRACKED_KEYS} keys must be accepted in any order"  # a size refusal
+KEYS_NOT_REGULAR = "undeclared keys"  # a refusal of the automaton that the grammar form takes over
+
+
+def is_keys_refusal(exc: ConstraintError) -> bool:
+    """Whether a flat compile refused undeclared keys that must not repeat (unique_grammar.track_keys)."""
+    return str(exc).startswith(KEYS_NOT_REGULAR)
 
 
 def object_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
@@ -151,6 +157,10 @@ class _ObjectSpec:
                 alternatives.append((keys, value))
         return alternatives
 
+    def undeclared_count(self) -> bool:
+        """Whether minProperties may need undeclared keys, which then count once each."""
+        return self.min_props >= 2 and self.min_props > len(self.required)
+
     # ----------------------------------------------------------------- automaton
     def _inc(self, count: int) -> int | None:
         if self.max_props is not None:
@@ -221,6 +231,11 @@ class _BodyBuilder:
         fixed_pairs = [spec.pair_for(k) for k in spec.fixed]
         tracked_pairs = [spec.pair_for(k) for k in spec.tracked]
         extra = spec.extra_pairs()
+        if extra and not spec.comp.repeated_keys and (spec.comp.keys_tracked or spec.undeclared_count()):
+            raise ConstraintError(
+                f"{KEYS_NOT_REGULAR}: must not repeat where they count (minProperties {spec.min_props}, or "
+                "uniqueItems over objects), which one automaton cannot track"
+            )
         start = self.node(("f", 0, 0))
         while self.work:
             key = self.work.pop()

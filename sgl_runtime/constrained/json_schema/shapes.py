@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.values import json_type_of
 
@@ -227,3 +228,15 @@ class Shapes:
     def keep(self, schema: dict) -> dict:
         self.kept.append(schema)
         return schema
+
+
+def first_char_dfa(cats: frozenset) -> Dfa:
+    """Strings whose first character starts a value of one of `cats`."""
+    first: Charset = charset("")
+    if OBJECT in cats:
+        first = first | charset("{")
+    if ARRAY in cats:
+        first = first | charset("[")
+    if SCALAR in cats:
+        first = first | ~charset("{[")
+    return Dfa((((first, 1),), ((ANY_CHAR, 1),)), frozenset({1}))

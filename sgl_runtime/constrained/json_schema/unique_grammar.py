@@ -23,6 +23,7 @@ from sgl_runtime.constrained.json_schema.shapes import OBJECT
 from sgl_runtime.constrained.json_schema.values import FREE_ORDER, NORMAL
 
 MAX_VISITS = 4096  # subschemas one check reads
+MAX_WALK = 200_000  # schema objects track_keys reads
 
 
 def unique_items(b, schemas: list) -> Optional[str]:
@@ -35,6 +36,32 @@ def unique_items(b, schemas: list) -> Optional[str]:
         "exact in the grammar form for compact JSON (whitespace 'compact') without integral_floats",
     )
     return None
+
+
+def track_keys(b, schema) -> bool:
+    """Whether the objects of `schema`'s grammar must reject a key written twice (each object then
+    tracks its keys: grammar_rules.key_rules): where undeclared keys count towards minProperties
+    (`{"a":1,"a":2}` has one property), and where items compared as JSON values may be objects
+    (unique_values counts an object's members). Found by a walk over the schema document."""
+    todo, seen = [schema], set()
+    while todo and len(seen) < MAX_WALK:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo += node
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        minimum = node.get("minProperties")
+        if isinstance(minimum, (int, float)) and not isinstance(minimum, bool) and minimum >= 2:
+            return True
+        if node.get("uniqueItems") is True and b.tokens.ws is None:
+            prefix = node.get("prefixItems", [])
+            items = [*prefix, node.get("items", True)] if isinstance(prefix, list) else [node.get("items", True)]
+            if b.mode not in (NORMAL, FREE_ORDER) or not all(one_spelling(b, s) for s in items):
+                return True
+        todo += [v for v in node.values() if isinstance(v, (dict, list))]
+    return len(seen) >= MAX_WALK  # a schema too large to walk: track
 
 
 def mark_tracked(b, kind, array_rule: str, opener: str, item_rules: list) -> None:
