@@ -37,6 +37,9 @@ def _text(value) -> str:
         ({"items": LONG, "maxItems": 600}, [0, 1, 2, 599, 600, 601, 700]),
         ({"items": LONG, "minItems": 3, "maxItems": 513}, [0, 2, 3, 4, 512, 513, 514]),
         ({"prefixItems": [{"const": "c"}, {"const": "a"}], "items": LONG, "maxItems": 520}, [1, 2, 3, 519, 520, 521]),
+        # from 17 items on, compact JSON counts them too, also arrays of small items that one automaton could hold
+        ({"prefixItems": [True], "items": {"enum": ["a", "b", "c"]}, "maxItems": 17}, [0, 1, 16, 17, 18]),
+        ({"items": LONG, "minItems": 5, "maxItems": 40}, [4, 5, 6, 39, 40, 41]),
     ],
 )
 def test_item_counts_beyond_the_rules_agree_with_jsonschema(schema, sizes):
@@ -51,6 +54,16 @@ def test_item_counts_beyond_the_rules_agree_with_jsonschema(schema, sizes):
             assert built.accepts(_text(value)) == validator.is_valid(value), (n, shift)
             outcomes.add(validator.is_valid(value))
     assert outcomes == {True, False}
+
+
+def test_arrays_of_a_few_items_are_still_spelled_out_and_whitespace_keeps_positions():
+    """Up to 16 items the rules spell the positions; with blanks between tokens the separator may not
+    close at its `,`, so the rules spell up to 512 there."""
+    small = compile_schema({"type": "object", "properties": {"a": {"type": "array", "maxItems": 16}}})
+    assert not any(isinstance(kind, Opener) for kind in small.unique.values())
+    spaced = compile_schema({"type": "array", "items": LONG, "maxItems": 40}, whitespace=1)
+    assert not any(isinstance(kind, Opener) for kind in spaced.unique.values())
+    assert spaced.accepts(json.dumps(_array(40))) and not spaced.accepts(json.dumps(_array(41)))
 
 
 def test_unique_items_and_nested_bounded_arrays():

@@ -13,6 +13,9 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.unique_items import ItemValues, UniqueItemsUnsupported, check_state_count
 from sgl_runtime.constrained.json_schema.values import EXACT, count_keyword
 
+SPELLED_POSITIONS = 16  # grammar form, compact JSON: the engine counts the items of a longer maxItems
+COUNTED_BY_GRAMMAR = "maxItems: counted"  # a refusal of the automaton that the grammar form takes over
+
 
 def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     """The compact serialisations of arrays valid under the array keywords of `schema`."""
@@ -25,6 +28,8 @@ def array_dfa(comp, schema: dict, level: int, mode: int) -> Dfa:
     rest = comp.compile(schema.get("items", True), level + 1, mode)
     if rest.is_empty():
         max_items = len(prefix) if max_items is None else min(max_items, len(prefix))
+    if comp.counts_items and max_items is not None and max_items > SPELLED_POSITIONS and "contains" not in schema:
+        raise ConstraintError(f"{COUNTED_BY_GRAMMAR} by the grammar form beyond {SPELLED_POSITIONS} items")
     counter = _ContainsCounter(comp, schema, level, mode)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
     elements = [prefix_dfas[i] if i < len(prefix) else rest for i in range(top + 1)]

@@ -175,7 +175,8 @@ class _Compiler:
         # schemas whose language holds at any level (the grammar form's closed ones): compiled once
         self.level_free: Optional[Callable[[Any], bool]] = None
         self.too_large: dict = {}  # level-free keys whose compile alone ran out of work budget: their error
-        self.keys_tracked = self.repeated_keys = False  # see objects.py's KEYS_NOT_REGULAR refusal
+        # grammar-form leaves: see objects.py's KEYS_NOT_REGULAR and arrays.py's COUNTED_BY_GRAMMAR refusals
+        self.keys_tracked = self.repeated_keys = self.counts_items = False
 
     def unsupported(self, keyword: str, why: str) -> None:
         if not self.lenient:

@@ -28,6 +28,7 @@ from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.arrays import COUNTED_BY_GRAMMAR
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
 from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED, merged_object
 from sgl_runtime.constrained.json_schema.objects import KEYS_NOT_REGULAR, TOO_MANY_TRACKED
@@ -73,9 +74,9 @@ _COMPLEMENTS = {
 
 
 def is_unique_refusal(exc: ConstraintError) -> bool:
-    """Whether a flat compile refused `uniqueItems`, or undeclared keys that must not repeat (the
-    grammar form may still do it)."""
-    return str(exc).startswith(("uniqueItems", KEYS_NOT_REGULAR))
+    """Whether a flat compile refused what the grammar form does better: `uniqueItems`, undeclared
+    keys that must not repeat, a long maxItems it counts (arrays.py)."""
+    return str(exc).startswith(("uniqueItems", KEYS_NOT_REGULAR, COUNTED_BY_GRAMMAR))
 
 
 def is_budget_error(exc: ConstraintError) -> bool:
@@ -112,6 +113,7 @@ class GrammarBuilder:
         from sgl_runtime.constrained.json_schema.unique_grammar import track_keys
 
         self.track_keys = self.comp.keys_tracked = track_keys(self, schema)
+        self.comp.counts_items = self.tokens.ws is None  # long arrays as rules, counted (grammar_rules.array_rule)
         root = self.node(schema)
         if root is None:
             raise ConstraintError("the json_schema constraint matches no value at all")

@@ -11,6 +11,7 @@ from sgl_runtime.constrained.automata import literal
 from sgl_runtime.constrained.automata_ops import union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.frames import CLOSE, KEY, KEYS, OPEN, OPEN_VALUES, Opener
+from sgl_runtime.constrained.json_schema.arrays import SPELLED_POSITIONS
 from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
@@ -220,7 +221,7 @@ def array_rule(b, schema: dict) -> str | None:
         max_items = limit if max_items is None else min(max_items, limit)
     top = max_items if max_items is not None else max(len(prefix), min_items, 1)
     high = None  # maxItems the engine counts (grammar/frames.py), beyond positions spelled out as rules
-    if top > MAX_ARRAY_POSITIONS and b.tokens.ws is None and max(len(prefix), min_items) <= MAX_ARRAY_POSITIONS:
+    if top > SPELLED_POSITIONS and b.tokens.ws is None and max(len(prefix), min_items) <= MAX_ARRAY_POSITIONS:
         high, max_items, top = max_items, None, max(len(prefix), min_items, 1)
     if top > MAX_ARRAY_POSITIONS:
         raise ConstraintError(f"minItems/maxItems: more than {MAX_ARRAY_POSITIONS} positions in the grammar form")
