@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
-from tiny_vocab import make_vocab, mask_bits
+from tiny_vocab import make_vocab, mask_bits, masks_allow_exactly
 
 from sgl_runtime.constrained import compile_constraint
 from sgl_runtime.constrained.compiler import build_dfa, wrap_built
@@ -124,30 +124,7 @@ def test_masks_allow_exactly_the_prefixes_of_valid_arrays(schema):
         if validator.is_valid(list(a))
     ]
     constraint = wrap_built(*build_dfa("json_schema", schema, {})[:1], make_vocab(TOKENS), "json_schema")
-    assert _masks_allow_exactly(constraint, TOKENS, set(valid), steps=6) > 500
-
-
-def _masks_allow_exactly(constraint, tokens: list, valid: set, steps: int, frontier_cap: int | None = None) -> int:
-    """Walk every allowed token sequence (the first `frontier_cap` texts per step) for `steps` steps,
-    asserting each mask allows exactly the tokens that keep the text a prefix of a `valid` text
-    and EOS exactly on a valid one; the number of token decisions checked."""
-    prefixes = {v[:k] for v in valid for k in range(len(v) + 1)}
-    frontier, checked = [("", constraint.matcher())], 0
-    for _ in range(steps):
-        nxt = []
-        for text, matcher in frontier:
-            bits = mask_bits(matcher.bitmask(), len(tokens) + 1)
-            for i, token in enumerate(tokens):
-                expected = (text + token) in prefixes
-                assert bool(bits[i]) == expected, (text, token)
-                checked += 1
-                if expected:
-                    child = matcher.copy()
-                    child.advance(i)
-                    nxt.append((text + token, child))
-            assert bool(bits[len(tokens)]) == (text in valid), text
-        frontier = nxt[:frontier_cap]
-    return checked
+    assert masks_allow_exactly(constraint, TOKENS, set(valid), steps=6) > 500
 
 
 # Items of several tokens (objects whose strings have long length bounds, so the grammar form):
@@ -192,7 +169,7 @@ def test_masks_of_items_spanning_several_tokens_allow_exactly_valid_prefixes(min
         for a in itertools.permutations(words, n)
     }
     constraint = built.constraint(make_vocab(TAG_TOKENS))
-    assert _masks_allow_exactly(constraint, TAG_TOKENS, valid, steps=9, frontier_cap=400) > 1000
+    assert masks_allow_exactly(constraint, TAG_TOKENS, valid, steps=9, frontier_cap=400) > 1000
 
 
 @pytest.fixture(scope="module")
@@ -414,7 +391,7 @@ def test_masks_of_items_compared_as_values_allow_exactly_valid_prefixes(min_item
         for parts in itertools.product(*[list(_spellings(w)) for w in a])
     }
     constraint = built.constraint(make_vocab(ANY_ORDER_TOKENS))
-    assert _masks_allow_exactly(constraint, ANY_ORDER_TOKENS, valid, steps=10, frontier_cap=600) > 5000
+    assert masks_allow_exactly(constraint, ANY_ORDER_TOKENS, valid, steps=10, frontier_cap=600) > 5000
 
 
 def test_budget_completion_finishes_unique_arrays_without_repeating_an_item(qwen):
