@@ -133,7 +133,7 @@ class GrammarConstraint(Constraint):
         `,` starts the next); each checked with the exact scalar step."""
         arrays = [frame for frame in state.frames if not is_keys(frame)]
         candidates = set(self._closing_ids(state)) if arrays else set()
-        if self.engine.frames_matter(state) and any(map(is_keys, state.frames)):
+        if len(arrays) < len(state.frames):  # an object's keys
             candidates.update(self._key_candidates(state))
         for frame in arrays:
             if frame[1] is None or frame[2].unique is None:
@@ -159,8 +159,8 @@ class GrammarConstraint(Constraint):
         superset; the caller checks each): those that close the key token and hold its `:`, and
         those that spell the rest of an earlier key, or begin it, with what a key token holds before
         its opening quote."""
-        j = self.engine._key_frame(state)
-        if j < 0:
+        j = self.engine.key_frame(state)
+        if j < 0:  # no key is being read, or the object has none yet
             return set()
         seen, token = state.frames[j][0], state.token
         rows = self.masks.closing_rows(state.bare())

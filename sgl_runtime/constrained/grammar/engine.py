@@ -222,7 +222,7 @@ class GrammarEngine:
         """Whether the masks of `state` depend on its frames, not only on the lexer and parser: an
         array's unique items or last item, or an object's keys where the token read may be a key."""
         return any(not is_keys(f) and array_frames.affects_masks(f) for f in state.frames) or (
-            self._key_frame(state) >= 0
+            self.key_frame(state) >= 0
         )
 
     def viable(self, state: GrammarState, budget: Optional[list] = None) -> bool:
@@ -270,14 +270,14 @@ class GrammarEngine:
             ahead = firsts(frame, state.token)
             if ahead is not None and not self._escapes(state, j, ahead, budget):
                 return True
-        j = self._key_frame(state)
+        j = self.key_frame(state)
         if j >= 0:
             ahead = key_firsts(state.frames[j][0], state.token)
             if ahead is not None and not self._escapes(state, j, ahead, budget):
                 return True
         return False
 
-    def _key_frame(self, state: GrammarState) -> int:
+    def key_frame(self, state: GrammarState) -> int:
         """The index of the innermost object's frame if it has keys and the token being read may
         close as one of its keys (what the parser accepts here); -1 otherwise (also right after a
         `{` or `[` whose frame opens once the next token is read)."""
@@ -296,7 +296,7 @@ class GrammarEngine:
         frame = state.frames[j]
         if not is_keys(frame):
             return firsts(frame, state.token)
-        return key_firsts(frame[0], state.token) if self._key_frame(state) == j else None
+        return key_firsts(frame[0], state.token) if self.key_frame(state) == j else None
 
     def _escapes(self, state: GrammarState, j: int, ahead: set, budget: list) -> bool:
         """Whether frame j's item can leave the earlier items it may still become (`firsts`: the
