@@ -130,8 +130,18 @@ def test_representative_counts_behave_like_theirs_for_horizon_bytes():
             accepting = np.zeros(m, dtype=bool)
             accepting[rng.choice(np.arange(1, m), size=int(rng.integers(1, m - 1)), replace=False)] = True
         accepting = rng.random(m) < 0.5
+        if trial % 5 == 4:  # forward edges only (a pattern of bounded length): counts with room below hi merge
+            m = int(rng.integers(3, 9))
+            table = np.full((m, 256), -1, dtype=np.int32)
+            table[:, :3] = rng.integers(-1, m, size=(m, 3))
+            table[:, :3] = np.where(table[:, :3] > np.arange(m)[:, None], table[:, :3], -1)
+            counted = rng.random((m, 256)) < 0.6
+            accepting = rng.random(m) < 0.5
         lo = int(rng.integers(12, 30))
         hi = [None, lo + int(rng.integers(0, 3)), lo + 40][trial % 3]
+        if trial % 5 == 4:
+            lo = int(rng.integers(0, 3))
+            hi = lo + int(rng.integers(2, 9))
         dfa = CountedDFA(table, counted, 0, accepting, lo, hi)
         if dfa.is_empty():
             continue
@@ -174,6 +184,49 @@ def test_count_levels_against_brute_force():
         for s, c in reach:
             expected = any(_accepts_from(table, counted, accepting, s, c, lo, hi, depth) for depth in (3 * (hi + m),))
             assert dfa.live(s, c) == expected, (trial, s, c)
+
+
+def test_most_counts_to_accept_against_brute_force():
+    """CountedDFA.most_to_accept: the longest count of a path to acceptance, None where a cycle
+    can be taken on the way (checked by enumerating paths of random small automata)."""
+    rng = np.random.default_rng(2)
+    bounded = unbounded = 0
+    for trial in range(80):
+        m = int(rng.integers(2, 7))
+        table = np.full((m, 256), -1, dtype=np.int32)
+        table[:, :3] = rng.integers(-1, m, size=(m, 3))
+        if trial % 2:  # forward edges only: a finite language
+            table[:, :3] = np.where(table[:, :3] > np.arange(m)[:, None], table[:, :3], -1)
+        counted = rng.random((m, 256)) < 0.5
+        accepting = rng.random(m) < 0.4
+        dfa = CountedDFA(table, counted, 0, accepting, 0, None)
+        for state in range(m):
+            most, cyclic = _most_by_paths(table, counted, accepting, state, m)
+            if most is None:
+                continue  # no accept reachable: never asked
+            got = dfa.most_to_accept(state)
+            assert got == (None if cyclic else most), (trial, state, got, most, cyclic)
+            bounded += got is not None
+            unbounded += got is None
+    assert bounded > 40 and unbounded > 20
+
+
+def _most_by_paths(table, counted, accepting, start, m):
+    """(the most counted transitions of a path from start to an accept, over paths of length < 2m,
+    whether some such path repeats a state): None when no accept is reachable."""
+    best, cyclic = None, False
+    todo = [(start, 0, (start,))]
+    while todo:
+        s, c, path = todo.pop()
+        if accepting[s]:
+            best = c if best is None else max(best, c)
+            cyclic |= len(set(path)) < len(path)
+        if len(path) < 2 * m:
+            for b in range(3):
+                t = int(table[s, b])
+                if t >= 0:
+                    todo.append((t, c + int(counted[s, b]), path + (t,)))
+    return best, cyclic
 
 
 def _accepts_from(table, counted, accepting, s, c, lo, hi, depth):
@@ -322,11 +375,18 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
             "t": {"type": "string", "pattern": "^[a-z ]*$", "minLength": 3, "maxLength": 200},
             "u": {"type": "string", "minLength": 200},  # counts far below minLength share a mask
             "v": {"type": "string", "pattern": "^(xy)*$", "minLength": 201},  # ... by their parity here
+            "w": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}$", "maxLength": 300},  # bounded by its pattern
         },
-        "required": ["s", "t", "u", "v"],
+        "required": ["s", "t", "u", "v", "w"],
         "additionalProperties": False,
     }
-    value = {"s": 'h\u00e9llo w\\orld \n\t"q" ' * 20, "t": "abc def " * 24, "u": "lorem ipsum " * 20, "v": "xy" * 110}
+    value = {
+        "s": 'h\u00e9llo w\\orld \n\t"q" ' * 20,
+        "t": "abc def " * 24,
+        "u": "lorem ipsum " * 20,
+        "v": "xy" * 110,
+        "w": "0123abcd-ef45",
+    }
     text = json.dumps(value, ensure_ascii=False)
     ids = tok.encode(text.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
 

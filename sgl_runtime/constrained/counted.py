@@ -46,6 +46,7 @@ class CountedDFA:
         self.levels, self.period = self._levels()
         self._first: dict = {}
         self._longest: Optional[int] = None
+        self._most: Optional[np.ndarray] = None
 
     @property
     def transitions(self) -> np.ndarray:
@@ -77,6 +78,15 @@ class CountedDFA:
             self._longest = int(self.levels.argmax(axis=0)[hit].max(initial=0))
         return self._longest
 
+    def most_to_accept(self, state: int) -> Optional[int]:
+        """The most counted transitions on any path from `state` that can still accept (None:
+        unbounded, a cycle lies on such a path). Past lo, a count with at least this much room
+        below hi behaves like lo: no path from there can reach hi."""
+        if self._most is None:
+            self._most = self._most_counts()
+        most = int(self._most[state])
+        return None if most < 0 else most
+
     def first_level(self, state: int, at_least: int) -> Optional[int]:
         """The smallest L >= at_least such that `state` accepts after exactly L counted
         transitions (None: none)."""
@@ -87,6 +97,48 @@ class CountedDFA:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_first": {}}
+
+    def _most_counts(self) -> np.ndarray:
+        """int64 [m]: most_to_accept per state, -1 for unbounded (or no accept reachable)."""
+        m = self.table.shape[0]
+        src, byte = np.nonzero(self.table >= 0)
+        dst = self.table[src, byte].astype(np.int64)
+        useful = closure_back(self.accepting.copy(), src, dst)  # states that reach an accept
+        keep = useful[src] & useful[dst]
+        weight: dict = {}
+        for a, b, c in zip(src[keep].tolist(), dst[keep].tolist(), self.counted[src[keep], byte[keep]].tolist()):
+            weight[(a, b)] = max(weight.get((a, b), 0), int(c))
+        succ: list = [[] for _ in range(m)]
+        for (a, b), c in weight.items():
+            succ[a].append((b, c))
+        most = np.full(m, -2, dtype=np.int64)  # -2 unseen, -3 on the current path, -1 unbounded
+        for root in np.flatnonzero(useful).tolist():
+            if most[root] != -2:
+                continue
+            most[root] = -3
+            stack = [(root, iter(succ[root]))]
+            while stack:
+                state, edges = stack[-1]
+                for nxt, _ in edges:
+                    if most[nxt] == -2:
+                        most[nxt] = -3
+                        stack.append((nxt, iter(succ[nxt])))
+                        break
+                    if most[nxt] == -3:
+                        most[state] = -1  # a cycle through a useful state: unbounded
+                else:
+                    stack.pop()
+                    if most[state] == -1:
+                        continue
+                    best = 0
+                    for nxt, c in succ[state]:
+                        if most[nxt] < 0:
+                            best = -1
+                            break
+                        best = max(best, int(most[nxt]) + c)
+                    most[state] = best
+        most[most < 0] = -1
+        return most
 
     # ---- private --------------------------------------------------------------------------
 
@@ -165,7 +217,8 @@ class CountedSlot:
         """A state that every path of at most `horizon` bytes from `q` follows alike (same events,
         same liveness), so the masks of most positions of a long string are one mask:
         - past lo, (state, lo) for a count whose slack below hi covers `horizon` counted characters
-          plus the longest completion;
+          plus the longest completion, or every path from the state (most_to_accept: a pattern of
+          bounded length, such as a UUID under a maxLength of 47, never meets hi);
         - below lo, (state, count mod period) for a count that `horizon` characters cannot carry
           to lo nor into the levels before their cycle: what lies ahead of such a count depends on
           it only through the cycle of the levels (CountedDFA.first_level), e.g. a minLength of
@@ -179,7 +232,10 @@ class CountedSlot:
             if count + horizon + max(start, 1) > d.lo or count < size:
                 return q
             return self._intern(state, count % size)
-        if d.hi is None or count == d.lo or count + horizon + d.longest_completion() > d.hi:
+        if d.hi is None or count == d.lo:
+            return q
+        most = d.most_to_accept(state)
+        if count + horizon + d.longest_completion() > d.hi and (most is None or count + most > d.hi):
             return q
         return self._intern(state, d.lo)
 
