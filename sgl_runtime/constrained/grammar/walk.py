@@ -22,6 +22,7 @@ import numpy as np
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.token_classes import TokenClasses
+from sgl_runtime.constrained.grammar.token_trie import TokenTrie, walk_trie
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
@@ -130,6 +131,11 @@ def walk(table: TokenTable, ctx: LexerContext, x0: int, tail_len: int, rows: np.
         st = nxt_flat[flat_i].astype(np.int64)
         la[code == ACCEPT] = j + 1
         j += 1
+    return _grouped(inside, closes, ctx, rows, offs, table)
+
+
+def _grouped(inside: list, closes: list, ctx: LexerContext, rows, offs, table: TokenTable) -> Run:
+    """The Run of a walk's outcomes (indices into `rows`, whose offsets are `offs`)."""
     run = Run()
     if inside:
         _group_inside(run, ctx, *(np.concatenate(x) for x in zip(*inside)), rows, offs, table)
@@ -335,9 +341,10 @@ class MaskBuilder:
         such run on, one token per class sequence (token_classes.py), its outcome then shared."""
         live = ctx.live_bytes(state.lex)
         classes = self._token_classes(ctx)
-        if classes is None:
-            rows = self.table.rows_starting_with(live)
-            return walk(self.table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
+        if classes is None:  # every token, through the trie (shared prefixes walked once)
+            trie = TokenTrie.of(self.table)
+            inside, closes = walk_trie(trie, ctx, state.lex, len(state.tail), live)
+            return _grouped(inside, closes, ctx, trie.sorted_rows, trie.offsets, self.table)
         reps = classes.reps[live[self.table.flat[self.table.starts[classes.reps]]]]
         run = walk(self.table, ctx, state.lex, len(state.tail), reps, np.zeros(len(reps), np.int64))
         return _expanded(run, classes, self.table)

@@ -1,0 +1,147 @@
+"""The vocabulary as a trie, walked one level at a time through a lexer context.
+
+A walk of every token from one lexer state (walk.walk) steps each token through each of its
+bytes, about 976k steps for Qwen2.5's 151k tokens. Tokens that share a prefix share those
+steps: the trie has 333k nodes. `TokenTrie.of(table)` numbers the distinct prefixes level by
+level (level d holds the prefixes of d + 1 bytes) over the tokens in byte order, so every node
+names a contiguous range of the sorted tokens (those that begin with its prefix, the ones that
+end at the node first). `walk_trie` pushes the live nodes of one level through the context at
+once, like walk.walk's columns: a node that closes the token being read closes it for every
+token of its range; a node that dies drops its range; the tokens ending at a node that goes on
+end inside the token at the node's state. The outcome is walk.walk's, for the rows
+`trie.sorted_rows` at offset 0.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
+
+
+class TokenTrie:
+    """Per level d: `byte[d]`, `lo[d]`/`hi[d]` (the node's range of `sorted_rows`), `ends[d]` (how
+    many tokens of the range end at the node) and `child_lo[d]`/`child_n[d]` (its children's
+    slice of level d + 1)."""
+
+    _shared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    _lock = threading.Lock()
+
+    @classmethod
+    def of(cls, table) -> "TokenTrie":
+        """The trie of `table`'s tokens, built once per table (read-only, shared)."""
+        with cls._lock:
+            trie = cls._shared.get(table)
+            if trie is None:
+                trie = cls._shared[table] = cls(table)
+            return trie
+
+    def __init__(self, table) -> None:
+        rows = table.all_rows
+        keys = [table.token_bytes[r] for r in rows.tolist()]
+        order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+        self.sorted_rows = rows[order]
+        self.offsets = np.zeros(len(order), dtype=np.int64)  # every walk starts at a token's first byte
+        lens = table.lens[self.sorted_rows]
+        starts = table.starts[self.sorted_rows]
+        self.byte, self.lo, self.hi, self.ends, self.child_lo, self.child_n = [], [], [], [], [], []
+        members = np.arange(len(order))  # sorted positions of the tokens with more than d bytes
+        parent = np.zeros(len(order), dtype=np.int64)  # each member's node one level up
+        self.parent = [np.zeros(0, dtype=np.int64)]  # per level: each node's parent in the level above
+        d = 0
+        while members.size:
+            byte = table.flat[starts[members] + d]
+            new = np.ones(members.size, dtype=bool)
+            new[1:] = (parent[1:] != parent[:-1]) | (byte[1:] != byte[:-1])
+            first = np.flatnonzero(new)
+            node = np.cumsum(new) - 1
+            last = np.append(first[1:], members.size) - 1
+            self.byte.append(byte[first])
+            self.lo.append(members[first])
+            self.hi.append(members[last] + 1)
+            ending = lens[members] == d + 1
+            self.ends.append(np.bincount(node[ending], minlength=first.size))
+            if d:  # the parents' children: contiguous, in node order
+                self.parent.append(parent[first])
+                n_parents = self.lo[d - 1].size
+                self.child_n.append(np.bincount(parent[first], minlength=n_parents))
+                self.child_lo.append(np.searchsorted(parent[first], np.arange(n_parents)))
+            more = ~ending
+            members, parent = members[more], node[more]
+            d += 1
+        n_last = self.lo[-1].size if self.lo else 0
+        self.child_n.append(np.zeros(n_last, dtype=np.int64))
+        self.child_lo.append(np.zeros(n_last, dtype=np.int64))
+
+    @property
+    def n_nodes(self) -> int:
+        return sum(b.size for b in self.byte)
+
+
+def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: np.ndarray) -> tuple:
+    """(inside, closes) as walk.walk collects them, indices into `trie.sorted_rows` (offsets 0):
+    inside [(positions, final states, last accepts)], closes [(positions, closed types, ends)];
+    only tokens whose first byte has `live` are walked (the others die on it). The live nodes
+    of the next level are the children of those that go on: listed from their ranges where they
+    are few, else read off the whole level through its parent links."""
+    class_of, n_classes = ctx.class_of, ctx.n_classes
+    code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+    inside, closes = [], []
+    if not trie.byte:
+        return inside, closes
+    nodes = np.flatnonzero(live[trie.byte[0]])
+    st = np.full(nodes.size, x0, dtype=np.int64)
+    la = np.full(nodes.size, -tail_len, dtype=np.int64)
+    last = len(trie.byte) - 1
+    for d in range(last + 1):
+        if not nodes.size:
+            break
+        if ctx.ensure(st):  # rows built now: the tables may have moved
+            code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+        flat_i = st * n_classes + class_of[trie.byte[d][nodes]]
+        code = code_flat[flat_i]
+        go = code <= ACCEPT
+        if not go.all():
+            closing = ~go & (code != DEAD)
+            if closing.any():
+                shut = nodes[closing]
+                positions, counts = _ranges(trie.lo[d][shut], trie.hi[d][shut])
+                ends = np.where(code[closing] == CLOSE_HERE, d + 1, la[closing])
+                closes.append((positions, np.repeat(ctype_flat[flat_i[closing]], counts), np.repeat(ends, counts)))
+            nodes, la, flat_i, code = nodes[go], la[go], flat_i[go], code[go]
+        st = nxt_flat[flat_i].astype(np.int64)
+        la[code == ACCEPT] = d + 1
+        ending = trie.ends[d][nodes]
+        if ending.any():
+            lo = trie.lo[d][nodes]
+            positions, counts = _ranges(lo, lo + ending)
+            inside.append((positions, np.repeat(st, counts), np.repeat(la, counts)))
+        if d == last:
+            break
+        n_child = trie.child_n[d][nodes]
+        if 4 * int(n_child.sum()) < trie.byte[d + 1].size:  # few: list them
+            first = trie.child_lo[d][nodes]
+            nodes, counts = _ranges(first, first + n_child)
+            st, la = np.repeat(st, counts), np.repeat(la, counts)
+        else:  # most of the level: through the parent links
+            level_st = np.full(trie.byte[d].size, -1, dtype=np.int64)
+            level_la = np.empty(trie.byte[d].size, dtype=np.int64)
+            level_st[nodes], level_la[nodes] = st, la
+            parent = trie.parent[d + 1]
+            st = level_st[parent]
+            nodes = np.flatnonzero(st >= 0)
+            st, la = st[nodes], level_la[parent[nodes]]
+    return inside, closes
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple:
+    """(the concatenation of the ranges [lo_i, hi_i), each range's length)."""
+    counts = hi - lo
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64), counts
+    starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
+    return starts + np.arange(total), counts

@@ -1,0 +1,84 @@
+"""The trie walk of the whole vocabulary (grammar/token_trie.py) against the column walk of every
+token (grammar/walk.walk): the same tokens end inside the token being read, in the same lexer
+states with the same last accepts, and the same tokens close it, with the same types and ends,
+from every lexer state reached along Qwen2.5 tokenizations of grammar and JSON-Schema texts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sgl_runtime.constrained.compiler import compile_constraint
+from sgl_runtime.constrained.grammar.compiler import compile_grammar
+from sgl_runtime.constrained.grammar.token_trie import TokenTrie
+from sgl_runtime.constrained.grammar.walk import TokenTable, walk
+from sgl_runtime.constrained.vocabulary import Vocabulary
+from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9a-f]{8}$"},
+        "note": {"type": "string", "maxLength": 300},
+        "n": {"type": "number"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a b", 'c\\"d', "\u00e9"]}},
+    },
+    "minProperties": 2,
+}
+TEXTS = {
+    "json": '{"a": [1, -2.5e3, "x\\u00e9y\\n"], "b": {"c": null, "d": true}}',
+    "sql": "SELECT a, COUNT(*) FROM t WHERE x = 'ab c' AND y >= 2 ORDER BY a DESC;",
+    "schema": json.dumps(
+        {"id": "0123abcd", "note": 'caf\u00e9 "q" \\ ' * 3, "n": -0.5, "tags": ["a b", "\u00e9"]},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_qwen2_tokenizer()
+
+
+def _flat(run) -> tuple:
+    """A run's outcomes as sets: (token, final state, last accept), (token, type, in tail, offset)."""
+    inside = set()
+    for s, g in run.inside:
+        la = g.la if g.la is not None else [None] * len(g.rows)
+        inside |= {(int(r), int(s), None if a is None else int(a)) for r, a in zip(g.rows.tolist(), list(la))}
+    closes = set()
+    for t, in_tail, g in run.closes:
+        closes |= {(int(r), int(t), bool(in_tail), int(o)) for r, o in zip(g.rows.tolist(), g.offs.tolist())}
+    return inside, closes
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+def test_trie_walk_equals_the_column_walk_of_every_token(tok, name):
+    vocab = Vocabulary.from_tokenizer(tok)
+    if name == "schema":
+        constraint = compile_constraint("json_schema", SCHEMA, tok)
+    else:
+        constraint = compile_grammar(name, vocab)
+    builder, engine = constraint.masks, constraint.engine
+    table = TokenTable.of(vocab)
+    trie = TokenTrie.of(table)
+    assert trie.n_nodes < 0.4 * int(table.lens.sum())  # shared prefixes: far fewer steps than bytes
+    matcher = constraint.matcher()
+    compared = set()
+    for token in tok.encode(TEXTS[name], add_special_tokens=False):
+        state = matcher.state
+        ctx = engine.context(state.stack)
+        key = (id(ctx), state.lex, len(state.tail))
+        if key not in compared:
+            compared.add(key)
+            live = ctx.live_bytes(state.lex)
+            rows = table.rows_starting_with(live)
+            columns = walk(table, ctx, state.lex, len(state.tail), rows, np.zeros(len(rows), np.int64))
+            builder._classes[id(ctx)] = None  # no token grouping: the trie walk of every token
+            by_trie = builder._run_all(ctx, state)
+            assert _flat(by_trie) == _flat(columns), (name, key)
+        matcher.advance(token)  # raises if the text leaves the grammar
+    assert len(compared) >= 8
