@@ -26,6 +26,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, schema_to_dfa
 from sgl_runtime.constrained.json_schema.drafts import check_options, to_latest
+from sgl_runtime.constrained.json_schema.dynamic_refs import static_dynamic_refs
 from sgl_runtime.constrained.json_schema.grammar_form import (
     LEAF_WORK_STATES,
     GrammarBuilder,
@@ -115,7 +116,7 @@ def schema_to_grammar(
 ) -> SchemaGrammar:
     """The grammar form of `schema` (options as for `schema_to_fsm`, without the depth bounds)."""
     check_options(schema, integral_floats, key_order)
-    latest = to_latest(schema)
+    latest = static_dynamic_refs(to_latest(schema))
     from sgl_runtime.constrained.automata import work_budget
 
     with work_budget(max_work_states), numbers.integral_floats(integral_floats):

@@ -30,6 +30,8 @@ class RefResolver:
         self.anchors: dict[str, object] = {}
         self.dynamic_anchors: dict[str, object] = {}
         self._refs: list[tuple[str, str]] = []  # (reference, base URI) of every $ref / $dynamicRef met
+        self.loaded: dict[str, object] = {}  # the metaschemas indexed besides the document, by URL
+        self.dynamic_nodes: list = []  # the schemas holding a $dynamicRef or $recursiveRef
         self.dynamic = False  # whether some indexed schema uses $dynamicRef (dynamic scope then matters)
         self._index(root, _DEFAULT_BASE)
         self._load_metaschemas()
@@ -45,6 +47,7 @@ class RefResolver:
             if known is not None:
                 self._index(known, url)
                 self.resources[url] = self.resources.get(url, known)
+                self.loaded[url] = known
 
     def _index(self, node, base: str, names_schemas: bool = False) -> None:
         """names_schemas: `node` maps names to schemas (properties, $defs...), so a key such as
@@ -75,6 +78,8 @@ class RefResolver:
             if isinstance(node.get(key), str):
                 self._refs.append((node[key], base))
         self.dynamic = self.dynamic or isinstance(node.get("$dynamicRef"), str)
+        if "$dynamicRef" in node or "$recursiveRef" in node:
+            self.dynamic_nodes.append(node)
         for key, value in node.items():
             if key not in _NOT_SCHEMAS:
                 self._index(value, base, key in _SCHEMA_MAPS)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 
+from sgl_runtime.constrained.json_schema.dynamic_refs import static_dynamic_refs
 from sgl_runtime.constrained.json_schema.refs import RefResolver
 
 
 def compact_json(instance, schema=None) -> str:
     """`json.dumps(instance, separators=(",", ":"), ensure_ascii=False)` with schema key order."""
+    schema = static_dynamic_refs(schema)  # the grammar form's reading of $dynamicRef / $recursiveRef
     resolver = RefResolver(schema) if isinstance(schema, dict) else None
     return json.dumps(_ordered(instance, schema, resolver, 0), separators=(",", ":"), ensure_ascii=False)
 
