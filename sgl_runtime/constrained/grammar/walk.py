@@ -56,18 +56,8 @@ class TokenTable:
         self.flat = np.frombuffer(b"".join(b or b"" for b in token_bytes) + b"\0", dtype=np.uint8)
         self.all_rows = np.nonzero(lens > 0)[0].astype(np.int64)
         self.token_bytes = token_bytes
-        first = self.flat[self.starts[self.all_rows]]
-        order = np.argsort(first, kind="stable")
-        self._by_first = self.all_rows[order]  # all rows grouped by first byte
-        self._first_bounds = np.searchsorted(first[order], np.arange(257))
-        for array in (self.lens, self.starts, self.all_rows, self._by_first, self._first_bounds):
+        for array in (self.lens, self.starts, self.all_rows):
             array.flags.writeable = False  # shared between constraints and threads
-
-    def rows_starting_with(self, byte_ok: np.ndarray) -> np.ndarray:
-        """All non-empty tokens whose first byte b has byte_ok[b] (bool [256])."""
-        bounds = self._first_bounds
-        parts = [self._by_first[bounds[b] : bounds[b + 1]] for b in np.flatnonzero(byte_ok)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
         """Packed int32 bitmask [num_words] with the bits of `ids` set."""
