@@ -236,9 +236,17 @@ class LexerContext:
         no slot tells apart) from product state `key`."""
         n = self.n
         states, w, wtype = key[:n], key[n], key[n + 1]
+        alive = [(i, self._trans[i][q]) for i, q in enumerate(states) if q >= 0]  # each live slot's byte row
+        dead = (CLOSE_BEFORE, -1, wtype) if w >= 0 else (DEAD, -1, -1)  # every slot dies on the byte
         code, nxt, ctype = [], [], []
         for b in self._reps_list:
-            event = self._step([self._trans[i][s][b] if s >= 0 else -1 for i, s in enumerate(states)], w, wtype)
+            d = None
+            for i, row in alive:
+                if row[b] >= 0:
+                    if d is None:
+                        d = [-1] * n
+                    d[i] = row[b]
+            event = dead if d is None else self._step(d, w, wtype)
             code.append(event[0])
             nxt.append(event[1])
             ctype.append(event[2])
