@@ -105,11 +105,11 @@ class CountedDFA:
         dst = self.table[src, byte].astype(np.int64)
         useful = closure_back(self.accepting.copy(), src, dst)  # states that reach an accept
         keep = useful[src] & useful[dst]
-        weight: dict = {}
-        for a, b, c in zip(src[keep].tolist(), dst[keep].tolist(), self.counted[src[keep], byte[keep]].tolist()):
-            weight[(a, b)] = max(weight.get((a, b), 0), int(c))
+        pairs, which = np.unique(src[keep] * m + dst[keep], return_inverse=True)  # one edge per state pair
+        weight = np.zeros(len(pairs), dtype=np.int64)  # counted if any byte between them counts
+        np.maximum.at(weight, which.ravel(), self.counted[src[keep], byte[keep]].astype(np.int64))
         succ: list = [[] for _ in range(m)]
-        for (a, b), c in weight.items():
+        for a, b, c in zip((pairs // m).tolist(), (pairs % m).tolist(), weight.tolist()):
             succ[a].append((b, c))
         most = np.full(m, -2, dtype=np.int64)  # -2 unseen, -3 on the current path, -1 unbounded
         for root in np.flatnonzero(useful).tolist():
