@@ -81,27 +81,39 @@ class TokenTrie:
         return sum(b.size for b in self.byte)
 
 
+SPARSE_NODES = (
+    64  # a level with at most this many live nodes is stepped node by node (numpy's per-call cost dominates there)
+)
+
+
 def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: np.ndarray) -> tuple:
     """(inside, closes) as walk.walk collects them, indices into `trie.sorted_rows` (offsets 0):
     inside [(positions, final states, last accepts)], closes [(positions, closed types, ends)];
     only tokens whose first byte has `live` are walked (the others die on it). The live nodes
     of the next level are the children of those that go on: listed from their ranges where they
-    are few, else read off the whole level through its parent links."""
-    class_of, n_classes = ctx.class_of, ctx.n_classes
-    code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+    are few, else read off the whole level through its parent links. A level of few live nodes
+    (inside a key, a literal, a pattern's fixed part) is stepped in Python over the context's
+    row lists instead."""
     inside, closes = [], []
     if not trie.byte:
         return inside, closes
     nodes = np.flatnonzero(live[trie.byte[0]])
     st = np.full(nodes.size, x0, dtype=np.int64)
     la = np.full(nodes.size, -tail_len, dtype=np.int64)
+    sparse = _SparseOutcomes()
     last = len(trie.byte) - 1
     for d in range(last + 1):
-        if not nodes.size:
+        if not len(nodes):
             break
-        if ctx.ensure(st):  # rows built now: the tables may have moved
-            code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
-        flat_i = st * n_classes + class_of[trie.byte[d][nodes]]
+        if len(nodes) <= SPARSE_NODES:
+            nodes, st, la = sparse.level(
+                trie, ctx, d, *(x if isinstance(x, list) else x.tolist() for x in (nodes, st, la))
+            )
+            continue
+        nodes, st, la = (np.asarray(x, dtype=np.int64) for x in (nodes, st, la))
+        ctx.ensure(st)  # the tables may move as rows are built: read them after
+        code_flat, nxt_flat, ctype_flat = ctx.code.ravel(), ctx.nxt.ravel(), ctx.ctype.ravel()
+        flat_i = st * ctx.n_classes + ctx.class_of[trie.byte[d][nodes]]
         code = code_flat[flat_i]
         go = code <= ACCEPT
         if not go.all():
@@ -134,7 +146,54 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
             st = level_st[parent]
             nodes = np.flatnonzero(st >= 0)
             st, la = st[nodes], level_la[parent[nodes]]
+    sparse.append_to(inside, closes)
     return inside, closes
+
+
+class _SparseOutcomes:
+    """The outcomes of the levels stepped node by node, as ranges of sorted positions."""
+
+    def __init__(self) -> None:
+        self.inside: list = []  # (first position, count, final state, last accept)
+        self.closes: list = []  # (first position, count, closed type, end)
+
+    def level(self, trie: TokenTrie, ctx: LexerContext, d: int, nodes: list, st: list, la: list) -> tuple:
+        """Step level `d`'s live nodes; the next level's (nodes, states, last accepts)."""
+        rows, class_list = ctx.rows, ctx.class_list
+        byte, lo, ends = trie.byte[d], trie.lo[d], trie.ends[d]
+        deeper = d + 1 < len(trie.byte)
+        out_nodes, out_st, out_la = [], [], []
+        for node, x, a in zip(nodes, st, la):
+            row = rows[x] or ctx.build_row(x)  # (events, next states, closed types) per class
+            c = class_list[byte.item(node)]
+            code = row[0][c]
+            if code > ACCEPT:
+                if code != DEAD:
+                    first = lo.item(node)
+                    end = d + 1 if code == CLOSE_HERE else a
+                    self.closes.append((first, trie.hi[d].item(node) - first, row[2][c], end))
+                continue
+            y = row[1][c]
+            if code == ACCEPT:
+                a = d + 1
+            n_end = ends.item(node)
+            if n_end:
+                self.inside.append((lo.item(node), n_end, y, a))
+            if deeper:
+                k = trie.child_n[d].item(node)
+                if k:
+                    child = trie.child_lo[d].item(node)
+                    out_nodes.extend(range(child, child + k))
+                    out_st.extend([y] * k)
+                    out_la.extend([a] * k)
+        return out_nodes, out_st, out_la
+
+    def append_to(self, inside: list, closes: list) -> None:
+        for found, out in ((self.inside, inside), (self.closes, closes)):
+            if found:
+                first, count, what, where = (np.array(x, dtype=np.int64) for x in zip(*found))
+                positions, counts = _ranges(first, first + count)
+                out.append((positions, np.repeat(what, counts), np.repeat(where, counts)))
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple:
