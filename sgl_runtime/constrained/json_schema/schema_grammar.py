@@ -31,7 +31,12 @@ class SchemaGrammar:
         return {"text": self.text, "terminals": self.terminals, "unique": self.unique, "_engine": None}
 
     def constraint(self, vocabulary, **options):
+        """The GrammarConstraint over `vocabulary`. Lexer contexts and vocabulary walks are built
+        as masks first reach them (warmup_s 0 unless given): a schema's grammar has a context per
+        object shape, most of which one generation never visits."""
         from sgl_runtime.constrained.grammar.compiler import GrammarConstraint
+
+        options.setdefault("warmup_s", 0.0)
 
         return GrammarConstraint(
             self.text,
