@@ -60,6 +60,8 @@ class _Sampler:
         self.dfa, self.rng = dfa, rng
         self._members: dict[tuple, tuple] = {}
         self._sorted: dict[Charset, list] = {}
+        self._closer_edges: dict[int, list] = {}
+        self._off_chars: dict[int, list] = {}
         mentioned = {c for out in dfa.edges for cs, _ in out for c in self._some(cs, 4)}
         self.pool = sorted(set(_PROBES) | mentioned)
         self.distance = _distance_to_final(dfa)
@@ -86,9 +88,9 @@ class _Sampler:
         while state is not None and (len(out) < length or (accepting and state not in dfa.finals)):
             edges = dfa.edges[state]
             if accepting and len(out) >= length:  # head for the nearest accepting state
-                edges = [e for e in edges if self.distance.get(e[1], 1 << 30) < self.distance[state]]
+                edges = self._closer(state)
             if not accepting and (not edges or rng.random() < 0.1):
-                off = [c for c in self.pool if dfa.step(state, c) is None]
+                off = self._off(state)
                 if off:
                     out.append(rng.choice(off))
                     out.extend(rng.choice(self.pool) for _ in range(rng.randint(0, 2)))
@@ -102,6 +104,21 @@ class _Sampler:
             out.append(rng.choice(choices))
             state = target
         return "".join(out)
+
+    def _closer(self, state: int) -> list:
+        """The edges of `state` that lead nearer an accepting state (memoized per state)."""
+        got = self._closer_edges.get(state)
+        if got is None:
+            d = self.distance
+            got = self._closer_edges[state] = [e for e in self.dfa.edges[state] if d.get(e[1], 1 << 30) < d[state]]
+        return got
+
+    def _off(self, state: int) -> list:
+        """The pool characters that step off the automaton from `state` (memoized per state)."""
+        got = self._off_chars.get(state)
+        if got is None:
+            got = self._off_chars[state] = [c for c in self.pool if self.dfa.step(state, c) is None]
+        return got
 
     def _mutated(self, text: str) -> str:
         rng = self.rng
