@@ -77,6 +77,26 @@ class LalrStacks:
             if terminal == END and st[-1] == self.end_state:
                 return tuple(st)
 
+    def _advances(self, stack: Stack, terminal: str) -> bool:
+        """Whether `feed(stack, terminal)` succeeds: its reductions simulated over the states
+        pushed above the part of `stack` they leave in place, without copying the stack."""
+        states = self.states
+        depth, pushed = len(stack), []  # stack[:depth] stays; `pushed` lies above it
+        while True:
+            action = states[pushed[-1] if pushed else stack[depth - 1]].get(terminal)
+            if action is None:
+                return False
+            kind, arg = action
+            if kind is Shift:
+                return True
+            size = len(arg.expansion)
+            popped = min(size, len(pushed))
+            del pushed[len(pushed) - popped :]
+            depth -= size - popped
+            pushed.append(states[pushed[-1] if pushed else stack[depth - 1]][arg.origin.name][1])
+            if terminal == END and pushed[-1] == self.end_state:
+                return True
+
     def _settle(self, st: list, marks: Optional[dict] = None, events: Optional[list] = None) -> Stack:
         """Apply the default reductions (none unless enabled) to the stack list `st`."""
         states, uniform = self.states, self.uniform
@@ -101,9 +121,7 @@ class LalrStacks:
         if hit is not None:
             self._accepted.move_to_end(stack)
             return hit
-        names = frozenset(
-            t for t in self.states[stack[-1]] if (t.isupper() or t == END) and self.feed(stack, t) is not None
-        )
+        names = frozenset(t for t in self.states[stack[-1]] if (t.isupper() or t == END) and self._advances(stack, t))
         self._accepted[stack] = names
         if len(self._accepted) > self._cache_size:
             self._accepted.popitem(last=False)
