@@ -88,7 +88,9 @@ def _worker(lib_name: str, conn) -> None:
 
     from sgl_runtime.constrained.vocabulary import Vocabulary
     from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+    from sgl_runtime.process.ipc import tune_gc
 
+    tune_gc()  # the collector settings of the server's scheduler and compile workers
     tokenizer = load_qwen2_tokenizer()
     lib = LIBRARIES[lib_name](tokenizer, Vocabulary.from_tokenizer(tokenizer))
     for entry in WARMUP:

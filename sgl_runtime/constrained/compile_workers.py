@@ -182,10 +182,11 @@ class _Worker:
 
 def _worker_main(conn) -> None:
     """Build each (kind, spec, options) received and answer (ok, dfa, description) or (error, message)."""
-    from sgl_runtime.process.ipc import die_with_parent
+    from sgl_runtime.process.ipc import die_with_parent, tune_gc
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group; the parent stops us
     die_with_parent()
+    tune_gc()
     from sgl_runtime.constrained.compiler import build_dfa
 
     conn.send((READY,))
