@@ -81,9 +81,8 @@ class TokenTrie:
         return sum(b.size for b in self.byte)
 
 
-SPARSE_NODES = (
-    64  # a level with at most this many live nodes is stepped node by node (numpy's per-call cost dominates there)
-)
+# a level with at most this many live nodes is stepped node by node (numpy's per-call cost dominates there)
+SPARSE_NODES = 64
 
 
 def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: np.ndarray) -> tuple:
