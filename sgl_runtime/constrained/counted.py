@@ -206,6 +206,7 @@ class CountedSlot:
         self._index: dict = {}
         self._keys: list = []
         self._rows: list = []
+        self._by_state: dict = {}
         self.initial = self._intern(dfa.initial, 0)
         self.trans = _Lookup(self._row)
         self.label = _Lookup(self._label)
@@ -277,6 +278,14 @@ class CountedSlot:
             j += 1
         return need
 
+    def position(self, q: int) -> tuple[int, int]:
+        """(automaton state, count) of slot state `q`."""
+        return self._keys[q]
+
+    def state_at(self, state: int, count: int) -> int:
+        """The slot state at (automaton state, count), which must be live."""
+        return self._intern(state, count)
+
     def reach_bits(self, q: int) -> int:
         """The token types some continuation from `q` closes with (every state is live)."""
         return 1 << self.token_type
@@ -302,19 +311,31 @@ class CountedSlot:
 
     def _build_row(self, state: int, count: int) -> list:
         d = self.dfa
-        targets, counted = d.table[state], d.counted[state]
-        row = np.full(256, -1, dtype=np.int64)
-        codes = targets.astype(np.int64) * 2 + counted
-        for code in np.unique(codes[targets >= 0]).tolist():
-            nxt, c = divmod(code, 2)
+        row = [-1] * 256
+        for nxt, c, on in self._moves(state):
             total = count + c
             if d.hi is None:
                 total = min(total, d.lo)  # counts past lo all behave alike without an upper bound
             elif total > d.hi:
                 continue
             if d.live(nxt, total):
-                row[codes == code] = self._intern(nxt, total)
-        return row.tolist()
+                q = self._intern(nxt, total)
+                for b in on:
+                    row[b] = q
+        return row
+
+    def _moves(self, state: int) -> list:
+        """[(next automaton state, counted?, the bytes that go there)] from `state`, the same at
+        every count (cached per state)."""
+        moves = self._by_state.get(state)
+        if moves is None:
+            targets = self.dfa.table[state].astype(np.int64)
+            codes = targets * 2 + self.dfa.counted[state]
+            moves = self._by_state[state] = [
+                (*divmod(code, 2), np.flatnonzero(codes == code).tolist())
+                for code in np.unique(codes[targets >= 0]).tolist()
+            ]
+        return moves
 
 
 def _or(value: Optional[int], default: int) -> int:

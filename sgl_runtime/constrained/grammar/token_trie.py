@@ -51,6 +51,8 @@ class TokenTrie:
         members = np.arange(len(order))  # sorted positions of the tokens with more than d bytes
         parent = np.zeros(len(order), dtype=np.int64)  # each member's node one level up
         self.parent = [np.zeros(0, dtype=np.int64)]  # per level: each node's parent in the level above
+        self.level_start = [0]  # per level: its first node's number in one numbering of all nodes
+        self.end_node = np.zeros(len(order), dtype=np.int64)  # per sorted position: the node it ends at
         d = 0
         while members.size:
             byte = table.flat[starts[members] + d]
@@ -64,6 +66,8 @@ class TokenTrie:
             self.hi.append(members[last] + 1)
             ending = lens[members] == d + 1
             self.ends.append(np.bincount(node[ending], minlength=first.size))
+            self.end_node[members[ending]] = self.level_start[d] + node[ending]
+            self.level_start.append(self.level_start[d] + first.size)
             if d:  # the parents' children: contiguous, in node order
                 self.parent.append(parent[first])
                 n_parents = self.lo[d - 1].size
@@ -78,11 +82,14 @@ class TokenTrie:
 
     @property
     def n_nodes(self) -> int:
-        return sum(b.size for b in self.byte)
+        return self.level_start[-1]
 
 
 # a level with at most this many live nodes is stepped node by node (numpy's per-call cost dominates there)
 SPARSE_NODES = 64
+# a level with at least this many live nodes notes their states per node rather than listing the
+# tokens that end there (one gather over every token at the end replaces a range expansion per level)
+WIDE_LEVEL = 4096
 
 
 def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: np.ndarray) -> tuple:
@@ -100,6 +107,7 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
     st = np.full(nodes.size, x0, dtype=np.int64)
     la = np.full(nodes.size, -tail_len, dtype=np.int64)
     sparse = _SparseOutcomes()
+    node_st = node_la = None  # per node of the wide levels: state and last accept (-1: not alive there)
     last = len(trie.byte) - 1
     for d in range(last + 1):
         if not len(nodes):
@@ -125,11 +133,16 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
             nodes, la, flat_i, code = nodes[go], la[go], flat_i[go], code[go]
         st = nxt_flat[flat_i].astype(np.int64)
         la[code == ACCEPT] = d + 1
-        ending = trie.ends[d][nodes]
-        if ending.any():
-            lo = trie.lo[d][nodes]
-            positions, counts = _ranges(lo, lo + ending)
-            inside.append((positions, np.repeat(st, counts), np.repeat(la, counts)))
+        if len(nodes) >= WIDE_LEVEL:  # note every node's state; each token reads its end node's at the end
+            if node_st is None:
+                node_st, node_la = np.full(trie.n_nodes, -1, dtype=np.int64), np.empty(trie.n_nodes, dtype=np.int64)
+            node_st[trie.level_start[d] + nodes], node_la[trie.level_start[d] + nodes] = st, la
+        else:
+            ending = trie.ends[d][nodes]
+            if ending.any():
+                lo = trie.lo[d][nodes]
+                positions, counts = _ranges(lo, lo + ending)
+                inside.append((positions, np.repeat(st, counts), np.repeat(la, counts)))
         if d == last:
             break
         n_child = trie.child_n[d][nodes]
@@ -146,6 +159,10 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
             nodes = np.flatnonzero(st >= 0)
             st, la = st[nodes], level_la[parent[nodes]]
     sparse.append_to(inside, closes)
+    if node_st is not None:
+        final = node_st[trie.end_node]
+        positions = np.flatnonzero(final >= 0)
+        inside.append((positions, final[positions], node_la[trie.end_node[positions]]))
     return inside, closes
 
 
