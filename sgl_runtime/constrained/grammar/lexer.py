@@ -127,6 +127,11 @@ class LexerContext:
     def alive_slots(self, state: int) -> list[int]:
         return [i for i, s in enumerate(self._keys[state][: self.n]) if s >= 0]
 
+    def reading(self, slot: int, q: int) -> int:
+        """The product state where only `slot` is alive, in state `q`, and nothing has matched
+        yet (where a token that reads on inside that slot alone ends)."""
+        return self._intern((*([-1] * slot), q, *([-1] * (self.n - slot - 1)), -1, -1, 0, 0))
+
     def is_fresh(self, state: int) -> bool:
         return state == self.initial
 

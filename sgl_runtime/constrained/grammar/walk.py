@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from sgl_runtime.constrained.grammar import string_walk
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.token_classes import TokenClasses
@@ -27,6 +28,7 @@ from sgl_runtime.constrained.grammar.token_trie import TokenTrie, walk_trie
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
 GROUP_AFTER_RUNS = 8  # full runs of a context before its tokens are grouped (a build costs about 3 runs)
+WIDE_WALK = 4096  # tokens alive on their first byte from which a walk inside one slot reads a table (string_walk.py)
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
 NEEDS_KEPT = 32  # per-token needs kept of counted slots' automaton states (each 2 bytes per token)
 
@@ -135,8 +137,12 @@ def _grouped(inside: list, closes: list, ctx: LexerContext, rows, offs, table: T
 
 
 def _split(keys: np.ndarray):
-    """(key, positions) for each distinct key, by one stable sort."""
-    order = np.argsort(keys, kind="stable")
+    """(key, positions) for each distinct key, by one stable sort (a radix sort where the keys
+    fit 16 bits: lexer states and token types nearly always do)."""
+    if keys.size > 256 and 0 <= keys.min() and keys.max() <= np.iinfo(np.uint16).max:
+        order = np.argsort(keys.astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
     for part in np.split(order, cuts):
@@ -330,14 +336,29 @@ class MaskBuilder:
         """All tokens, less those whose first byte is dead from here; from a context's second
         such run on, one token per class sequence (token_classes.py), its outcome then shared."""
         live = ctx.live_bytes(state.lex)
+        trie = TokenTrie.of(self.table)
+        if int((trie.hi[0] - trie.lo[0])[live[trie.byte[0]]].sum()) >= WIDE_WALK:
+            loop = string_walk.loop_tokens(ctx, state.lex, self.table)
+            if loop is not None:
+                return self._run_inside(ctx, state, loop)
         classes = self._token_classes(ctx)
         if classes is None:  # every token, through the trie (shared prefixes walked once)
-            trie = TokenTrie.of(self.table)
             inside, closes = walk_trie(trie, ctx, state.lex, len(state.tail), live)
             return _grouped(inside, closes, ctx, trie.sorted_rows, trie.offsets, self.table)
         reps = classes.reps[live[self.table.flat[self.table.starts[classes.reps]]]]
         run = walk(self.table, ctx, state.lex, len(state.tail), reps, np.zeros(len(reps), np.int64))
         return _expanded(run, classes, self.table)
+
+    def _run_inside(self, ctx: LexerContext, state: GrammarState, loop: "string_walk.LoopTokens") -> Run:
+        """`_run_all` inside one slot (string_walk.py): the tokens that read on inside it from a
+        table, the others walked."""
+        run = walk(self.table, ctx, state.lex, len(state.tail), loop.rest, np.zeros(len(loop.rest), np.int64))
+        for x, rows in loop.inside(ctx, state.lex):
+            g = Group(("in", x), rows, None)
+            if len(rows) >= PACK_THRESHOLD:
+                g.packed = self.table.pack(rows)
+            run.inside.append((x, g))
+        return run
 
     def _token_classes(self, ctx: LexerContext) -> Optional[TokenClasses]:
         """The context's token grouping, built on its GROUP_AFTER_RUNS + 1st full run from a new
