@@ -103,7 +103,7 @@ class CountedDFA:
         m = self.table.shape[0]
         src, byte = np.nonzero(self.table >= 0)
         dst = self.table[src, byte].astype(np.int64)
-        useful = closure_back(self.accepting.copy(), src, dst)  # states that reach an accept
+        useful = closure_back(self.accepting.copy(), *state_pairs(src, dst, m))  # states that reach an accept
         keep = useful[src] & useful[dst]
         pairs, which = np.unique(src[keep] * m + dst[keep], return_inverse=True)  # one edge per state pair
         weight = np.zeros(len(pairs), dtype=np.int64)  # counted if any byte between them counts
@@ -166,8 +166,8 @@ class CountedDFA:
         src, byte = np.nonzero(self.table >= 0)
         dst = self.table[src, byte].astype(np.int64)
         counted = self.counted[src, byte]
-        free = (src[~counted], dst[~counted])
-        step = (src[counted], dst[counted])
+        free = state_pairs(src[~counted], dst[~counted], m)
+        step = state_pairs(src[counted], dst[counted], m)
         level = closure_back(self.accepting.copy(), *free)
         seen: dict = {}
         out = []
@@ -184,6 +184,13 @@ class CountedDFA:
             before = np.zeros(m, dtype=bool)
             before[step[0][level[step[1]]]] = True
             level = closure_back(before, *free)
+
+
+def state_pairs(src: np.ndarray, dst: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (src, dst) pairs of byte edges between `m` states (many bytes, one pair:
+    closures over the pairs pass over a few percent of the byte edges)."""
+    key = np.unique(src.astype(np.int64) * m + dst)
+    return key // m, key % m
 
 
 def closure_back(states: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA
-from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back
+from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back, state_pairs
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.unicode import folded_literal, unicode_classes
 
@@ -48,7 +48,7 @@ class SlotDFA:
         """Bitset of the labels reachable from state `q` (every state reaches one)."""
         if self._reach is None:
             src, byte = np.nonzero(self.trans >= 0)
-            dst = self.trans[src, byte].astype(np.int64)
+            src, dst = state_pairs(src, self.trans[src, byte], len(self.label))
             reach = [0] * len(self.label)
             for t in np.unique(self.label[self.label >= 0]).tolist():
                 for s in np.flatnonzero(closure_back(self.label == t, src, dst)).tolist():
