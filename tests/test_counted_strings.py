@@ -186,6 +186,38 @@ def test_count_levels_against_brute_force():
             assert dfa.live(s, c) == expected, (trial, s, c)
 
 
+def test_slot_needs_against_each_token_stepped_in_python():
+    """CountedSlot.needs (walked over the token trie, a level at a time) against the definition:
+    per token, the most over the bytes it reads alive of (count so far + first_level there)."""
+    from sgl_runtime.constrained.counted import _or
+    from sgl_runtime.constrained.grammar.walk import TokenTable
+
+    rng = np.random.default_rng(1)
+    tokens = sorted({bytes(rng.integers(0, 4, size=int(rng.integers(1, 7))).tolist()) for _ in range(400)})
+    table = TokenTable([b""] + tokens)  # an empty token (id 0) needs nothing
+    for trial in range(20):
+        m = int(rng.integers(2, 7))
+        trans = np.full((m, 256), -1, dtype=np.int32)
+        trans[:, :4] = rng.integers(-1, m, size=(m, 4))
+        dfa = CountedDFA(trans, rng.random((m, 256)) < 0.5, 0, rng.random(m) < 0.4, 0, int(rng.integers(3, 9)))
+        if dfa.is_empty():
+            continue
+        slot = CountedSlot(dfa, 0)
+        first = [_or(dfa.first_level(s, 0), 1 << 40) for s in range(m)]
+        for state in range(m):
+            expected = [0]
+            for data in tokens:
+                st, got, need = state, 0, first[state]
+                for b in data:
+                    if trans[st, b] < 0:
+                        break
+                    got += int(dfa.counted[st, b])
+                    st = int(trans[st, b])
+                    need = max(need, got + first[st])
+                expected.append(need)
+            assert slot.needs(state, table).tolist() == expected, (trial, state)
+
+
 def test_most_counts_to_accept_against_brute_force():
     """CountedDFA.most_to_accept: the longest count of a path to acceptance, None where a cycle
     can be taken on the way (checked by enumerating paths of random small automata)."""

@@ -263,27 +263,30 @@ class CountedSlot:
         """int64 [tokens]: per token of `table` (walk.TokenTable), the most counted transitions
         that some prefix of it read from `state` needs to stay live, max over its bytes inside the
         slot of (count so far + first_level(state there, 0)); a token is live from (state, c) past
-        lo iff its need is at most hi - c."""
+        lo iff its need is at most hi - c. Walked over the token trie, every level whole: a node's
+        value is its parent's, raised by its own byte where the automaton is still alive there."""
+        from sgl_runtime.constrained.grammar.token_trie import TokenTrie  # the grammar package imports this module
+
         d = self.dfa
         first = np.array([_or(d.first_level(s, 0), 1 << 40) for s in range(d.table.shape[0])], dtype=np.int64)
-        need = np.zeros(table.size, dtype=np.int64)
-        rows = table.all_rows
-        need[rows] = first[state]
-        st = np.full(len(rows), state, dtype=np.int64)
-        got = np.zeros(len(rows), dtype=np.int64)
-        j = 0
-        while rows.size:
-            more = table.lens[rows] > j
-            rows, st, got = rows[more], st[more], got[more]
-            byte = table.flat[table.starts[rows] + j]
-            nxt = d.table[st, byte]
-            on = nxt >= 0
-            rows, st, got, byte, nxt = rows[on], st[on], got[on], byte[on], nxt[on]
-            got = got + d.counted[st, byte]
+        trie = TokenTrie.of(table)
+        node_need = np.empty(trie.n_nodes, dtype=np.int64)
+        st = np.array([state], dtype=np.int64)  # the root's state, count and need, as a level of one node
+        got = np.zeros(1, dtype=np.int64)
+        need = first[st]
+        for level, byte in enumerate(trie.byte):
+            parent = trie.parent[level] if level else np.zeros(byte.size, dtype=np.int64)
+            st, got, need = st[parent], got[parent], need[parent]
+            on = st >= 0
+            nxt = np.where(on, d.table[np.maximum(st, 0), byte], -1)
+            alive = nxt >= 0
+            got = got + (alive & d.counted[np.maximum(st, 0), byte])
+            need = np.where(alive, np.maximum(need, got + first[np.maximum(nxt, 0)]), need)
             st = nxt.astype(np.int64)
-            need[rows] = np.maximum(need[rows], got + first[st])
-            j += 1
-        return need
+            node_need[trie.level_start[level] : trie.level_start[level] + byte.size] = need
+        out = np.zeros(table.size, dtype=np.int64)
+        out[trie.sorted_rows] = node_need[trie.end_node]
+        return out
 
     def position(self, q: int) -> tuple[int, int]:
         """(automaton state, count) of slot state `q`."""
