@@ -27,7 +27,7 @@ import numpy as np
 from sgl_runtime.constrained.counted import CountedSlot
 from sgl_runtime.constrained.grammar.lexer import LexerContext
 from sgl_runtime.constrained.grammar.slots import SlotDFA
-from sgl_runtime.constrained.grammar.token_trie import TokenTrie, _ranges
+from sgl_runtime.constrained.grammar.token_trie import TokenTrie, _ranges, listed_children
 
 LOOPS_KEPT = 32  # LoopTokens kept per vocabulary (each about 5 bytes per token)
 
@@ -102,10 +102,9 @@ class LoopTokens:
             node_st[at + nodes], node_got[at + nodes] = st, got
             if d + 1 == len(trie.byte):
                 break
-            n_child = trie.child_n[d][nodes]
-            if 4 * int(n_child.sum()) < trie.byte[d + 1].size:  # few: list them
-                first = trie.child_lo[d][nodes]
-                nodes, counts = _ranges(first, first + n_child)
+            listed = listed_children(trie, d, nodes)
+            if listed is not None:
+                nodes, counts = listed
                 st, got = np.repeat(st, counts), np.repeat(got, counts)
             else:  # most of the level: through the parent links
                 parent = trie.parent[d + 1] + at

@@ -145,10 +145,9 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
                 inside.append((positions, np.repeat(st, counts), np.repeat(la, counts)))
         if d == last:
             break
-        n_child = trie.child_n[d][nodes]
-        if 4 * int(n_child.sum()) < trie.byte[d + 1].size:  # few: list them
-            first = trie.child_lo[d][nodes]
-            nodes, counts = _ranges(first, first + n_child)
+        listed = listed_children(trie, d, nodes)
+        if listed is not None:
+            nodes, counts = listed
             st, la = np.repeat(st, counts), np.repeat(la, counts)
         else:  # most of the level: through the parent links
             level_st = np.full(trie.byte[d].size, -1, dtype=np.int64)
@@ -164,6 +163,17 @@ def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: 
         positions = np.flatnonzero(final >= 0)
         inside.append((positions, final[positions], node_la[trie.end_node[positions]]))
     return inside, closes
+
+
+def listed_children(trie: TokenTrie, d: int, nodes: np.ndarray):
+    """(the children of level `d`'s `nodes`, how many each has) where they are few, at most a
+    quarter of level d + 1; None where they are most of it (read that level through its parent
+    links instead)."""
+    n_child = trie.child_n[d][nodes]
+    if 4 * int(n_child.sum()) >= trie.byte[d + 1].size:
+        return None
+    first = trie.child_lo[d][nodes]
+    return _ranges(first, first + n_child)
 
 
 class _SparseOutcomes:
