@@ -190,11 +190,12 @@ def test_slot_needs_against_each_token_stepped_in_python():
     """CountedSlot.needs (walked over the token trie, a level at a time) against the definition:
     per token, the most over the bytes it reads alive of (count so far + first_level there)."""
     from sgl_runtime.constrained.counted import _or
+    from sgl_runtime.constrained.grammar.token_trie import TokenTrie
     from sgl_runtime.constrained.grammar.walk import TokenTable
 
     rng = np.random.default_rng(1)
     tokens = sorted({bytes(rng.integers(0, 4, size=int(rng.integers(1, 7))).tolist()) for _ in range(400)})
-    table = TokenTable([b""] + tokens)  # an empty token (id 0) needs nothing
+    trie = TokenTrie(TokenTable([b""] + tokens))  # an empty token (id 0) needs nothing
     for trial in range(20):
         m = int(rng.integers(2, 7))
         trans = np.full((m, 256), -1, dtype=np.int32)
@@ -215,7 +216,7 @@ def test_slot_needs_against_each_token_stepped_in_python():
                     st = int(trans[st, b])
                     need = max(need, got + first[st])
                 expected.append(need)
-            assert slot.needs(state, table).tolist() == expected, (trial, state)
+            assert slot.needs(state, trie).tolist() == expected, (trial, state)
 
 
 def test_most_counts_to_accept_against_brute_force():

@@ -259,17 +259,14 @@ class CountedSlot:
             return None
         return self._intern(state, d.lo), state, d.hi - count
 
-    def needs(self, state: int, table) -> np.ndarray:
-        """int64 [tokens]: per token of `table` (walk.TokenTable), the most counted transitions
+    def needs(self, state: int, trie) -> np.ndarray:
+        """int64 [tokens]: per token of `trie`'s vocabulary (grammar/token_trie.TokenTrie), the most counted transitions
         that some prefix of it read from `state` needs to stay live, max over its bytes inside the
         slot of (count so far + first_level(state there, 0)); a token is live from (state, c) past
         lo iff its need is at most hi - c. Walked over the token trie, every level whole: a node's
         value is its parent's, raised by its own byte where the automaton is still alive there."""
-        from sgl_runtime.constrained.grammar.token_trie import TokenTrie  # the grammar package imports this module
-
         d = self.dfa
         first = np.array([_or(d.first_level(s, 0), 1 << 40) for s in range(d.table.shape[0])], dtype=np.int64)
-        trie = TokenTrie.of(table)
         node_need = np.empty(trie.n_nodes, dtype=np.int64)
         st = np.array([state], dtype=np.int64)  # the root's state, count and need, as a level of one node
         got = np.zeros(1, dtype=np.int64)
@@ -284,7 +281,7 @@ class CountedSlot:
             need = np.where(alive, np.maximum(need, got + first[np.maximum(nxt, 0)]), need)
             st = nxt.astype(np.int64)
             node_need[trie.level_start[level] : trie.level_start[level] + byte.size] = need
-        out = np.zeros(table.size, dtype=np.int64)
+        out = np.zeros(trie.vocab_size, dtype=np.int64)
         out[trie.sorted_rows] = node_need[trie.end_node]
         return out
 

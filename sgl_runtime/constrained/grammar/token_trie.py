@@ -40,6 +40,7 @@ class TokenTrie:
             return trie
 
     def __init__(self, table) -> None:
+        self.vocab_size = table.size
         rows = table.all_rows
         keys = [table.token_bytes[r] for r in rows.tolist()]
         order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)

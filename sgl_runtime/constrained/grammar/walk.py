@@ -297,7 +297,7 @@ class MaskBuilder:
         key = (id(ctx.slots[slot]), q)
         needs = self._needs.get(key)
         if needs is None:
-            raw = ctx.slots[slot].needs(q, self.table)
+            raw = ctx.slots[slot].needs(q, TokenTrie.of(self.table))
             needs = self._needs[key] = np.minimum(raw, np.iinfo(np.uint16).max).astype(np.uint16)
             if len(self._needs) > NEEDS_KEPT:
                 self._needs.popitem(last=False)
