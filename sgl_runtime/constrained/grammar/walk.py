@@ -333,8 +333,10 @@ class MaskBuilder:
         return run
 
     def _run_all(self, ctx: LexerContext, state: GrammarState) -> Run:
-        """All tokens, less those whose first byte is dead from here; from a context's second
-        such run on, one token per class sequence (token_classes.py), its outcome then shared."""
+        """All tokens, less those whose first byte is dead from here. Inside one slot with at least
+        WIDE_WALK tokens alive, the tokens that stay inside come from a table (string_walk.py);
+        elsewhere, from a context's GROUP_AFTER_RUNS + 1st such run on, one token per class sequence
+        (token_classes.py), its outcome then shared."""
         live = ctx.live_bytes(state.lex)
         trie = TokenTrie.of(self.table)
         if int((trie.hi[0] - trie.lo[0])[live[trie.byte[0]]].sum()) >= WIDE_WALK:
