@@ -45,7 +45,7 @@ def check_against_re(dfa: Dfa, pattern: str, *, search: bool = False) -> None:
         expected = judge(text) is not None
         if time.monotonic() - started > SLOW_CALL_S:
             return  # re backtracks exponentially here: longer strings would take far longer
-        if dfa.accepts(text) != expected:
+        if sampler.accepts(text) != expected:
             verdict = "matches" if expected else "does not match"
             raise SelfCheckError(
                 f"regex {pattern!r} cannot be compiled exactly: Python's re {verdict} {text!r} but the "
@@ -57,14 +57,17 @@ def check_against_re(dfa: Dfa, pattern: str, *, search: bool = False) -> None:
 
 class _Sampler:
     def __init__(self, dfa: Dfa, rng: random.Random) -> None:
-        self.dfa, self.rng = dfa, rng
+        self.dfa, self.rng, self.random = dfa, rng, rng.random
         self._members: dict[tuple, tuple] = {}
         self._sorted: dict[Charset, list] = {}
         self._closer_edges: dict[int, list] = {}
         self._off_chars: dict[int, list] = {}
+        self._steps: dict[tuple, int | None] = {}  # (state, char) -> next state (None: off the automaton)
         mentioned = {c for out in dfa.edges for cs, _ in out for c in self._some(cs, 4)}
         self.pool = sorted(set(_PROBES) | mentioned)
         self.distance = _distance_to_final(dfa)
+        # per state: (a few members of each edge's charset, the edge's target)
+        self._choices = [[(self._some(cs, 8), t) for cs, t in out] for out in dfa.edges]
 
     def strings(self) -> Iterator[str]:
         yield ""
@@ -77,32 +80,47 @@ class _Sampler:
             yield self._mutated(accepted)
             yield self._mutated(rejected)
 
+    def accepts(self, text: str) -> bool:
+        """`dfa.accepts(text)`, each (state, character) step looked up once."""
+        steps, state = self._steps, 0
+        for c in text:
+            key = (state, c)
+            if key in steps:
+                nxt = steps[key]
+            else:
+                nxt = steps[key] = self.dfa.step(state, c)
+            if nxt is None:
+                return False
+            state = nxt
+        return state in self.dfa.finals
+
+    def _pick(self, items):
+        return items[int(self.random() * len(items))]
+
     def _walk(self, accepting: bool) -> str:
         """A walk to an accepting state (or, accepting=False, one that ends anywhere, off the
         automaton with some probability)."""
-        dfa, rng, out = self.dfa, self.rng, []
+        dfa, rng, r, out, all_choices = self.dfa, self.rng, self.random, [], self._choices
         if accepting and dfa.is_empty():
             return ""
         state = 0
         length = rng.randint(0, MAX_LENGTH)
-        while state is not None and (len(out) < length or (accepting and state not in dfa.finals)):
-            edges = dfa.edges[state]
+        while len(out) < length or (accepting and state not in dfa.finals):
+            edges = all_choices[state]
             if accepting and len(out) >= length:  # head for the nearest accepting state
                 edges = self._closer(state)
-            if not accepting and (not edges or rng.random() < 0.1):
+            if not accepting and (not edges or r() < 0.1):
                 off = self._off(state)
                 if off:
-                    out.append(rng.choice(off))
-                    out.extend(rng.choice(self.pool) for _ in range(rng.randint(0, 2)))
+                    out.append(self._pick(off))
+                    out.extend(self._pick(self.pool) for _ in range(rng.randint(0, 2)))
                     break
             if not edges:
                 break
-            cs, target = rng.choice(edges)
-            choices = self._some(cs, 8)
+            choices, state = edges[int(r() * len(edges))]
             if not choices:
                 break
-            out.append(rng.choice(choices))
-            state = target
+            out.append(choices[int(r() * len(choices))])
         return "".join(out)
 
     def _closer(self, state: int) -> list:
@@ -110,7 +128,7 @@ class _Sampler:
         got = self._closer_edges.get(state)
         if got is None:
             d = self.distance
-            got = self._closer_edges[state] = [e for e in self.dfa.edges[state] if d.get(e[1], 1 << 30) < d[state]]
+            got = self._closer_edges[state] = [e for e in self._choices[state] if d.get(e[1], 1 << 30) < d[state]]
         return got
 
     def _off(self, state: int) -> list:
@@ -125,11 +143,11 @@ class _Sampler:
         i = rng.randint(0, len(text))
         kind = rng.randrange(3)
         if kind == 0 or not text:
-            return text[:i] + rng.choice(self.pool) + text[i:]
+            return text[:i] + self._pick(self.pool) + text[i:]
         i = min(i, len(text) - 1)
         if kind == 1:
             return text[:i] + text[i + 1 :]
-        return text[:i] + rng.choice(self.pool) + text[i + 1 :]
+        return text[:i] + self._pick(self.pool) + text[i + 1 :]
 
     def _some(self, cs: Charset, limit: int) -> tuple:
         """A few members of `cs` (probes first for negated sets), deterministic per charset."""
