@@ -479,7 +479,17 @@ def test_key_tokens_are_built_once_per_key_language(monkeypatch):
         assert constraint.accepts(text) == valid, text
 
 
-@pytest.mark.parametrize("schema", [TREE, {"type": "object", "properties": {"a": {}, "b": {"enum": [1, "x"]}}}])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        TREE,
+        {"type": "object", "properties": {"a": {}, "b": {"enum": [1, "x"]}}},
+        {
+            "type": "array",
+            "items": {"anyOf": [{"type": "object", "properties": {"x": {"$ref": "#"}}}, {"type": "integer"}]},
+        },
+    ],
+)
 def test_placeholder_grammars_skip_larks_grammar_parser_with_the_same_tables(schema):
     """build_lark reads the grammar form's plain BNF itself (lark's grammar parser is the slow part of
     building a large schema's parser); the LALR tables must be those lark builds from the text."""
@@ -491,10 +501,25 @@ def test_placeholder_grammars_skip_larks_grammar_parser_with_the_same_tables(sch
     assert placeholder_grammar(text) is not None
     direct = build_lark(text, placeholders=True)
     via_text = lark.Lark(text, parser="lalr", lexer="contextual")
-    assert [str(r) for r in direct.rules] == [str(r) for r in via_text.rules]
-    assert [t.name for t in direct.terminals] == [t.name for t in via_text.terminals]
+    assert [(str(r), r.order) for r in direct.rules] == [(str(r), r.order) for r in via_text.rules]
+    assert [(t.name, t.pattern) for t in direct.terminals] == [(t.name, t.pattern) for t in via_text.terminals]
     assert _canonical_table(direct) == _canonical_table(via_text)
     assert placeholder_grammar('start: "x"\n') is None and placeholder_grammar("start: a+\n") is None
+
+
+def test_placeholder_grammars_compile_like_lark_on_repeats_and_unused_rules():
+    """A rule's repeated alternatives are kept once (numbered after), unused rules and terminals
+    go: as lark's own Grammar.compile does with the same text."""
+    import lark
+
+    from sgl_runtime.constrained.grammar.source import build_lark
+
+    text = 'start: a B\na: B | | C | B | \nunused: B D\nB: "<B>"\nC: "<C>"\nD: "<D>"\n'
+    direct, via_text = build_lark(text, placeholders=True), lark.Lark(text, parser="lalr", lexer="contextual")
+    assert [(str(r), r.order) for r in direct.rules] == [(str(r), r.order) for r in via_text.rules]
+    assert len(direct.rules) == 4
+    assert [t.name for t in direct.terminals] == [t.name for t in via_text.terminals] == ["B", "C"]
+    assert _canonical_table(direct) == _canonical_table(via_text)
 
 
 def _canonical_table(parser) -> list:

@@ -104,6 +104,7 @@ class GrammarEngine:
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
         self._contexts: dict[int, LexerContext] = {}
         self._dfa_cache: dict = dict(terminal_dfas or {})
+        self._given = frozenset(terminal_dfas or ())  # terminals whose lark pattern is a placeholder
         self.has_counted = any(isinstance(d, CountedDFA) for d in self._dfa_cache.values())  # long strings
         self._allowed: dict = {}
         self._probes: dict = {}  # (context, lexer state) -> the bytes a repeat check tries there
@@ -357,6 +358,8 @@ class GrammarEngine:
         """Fail at compile time, not at a later mask, on terminals the engine cannot run."""
         for terminal in self.lark.terminals:
             terminal_dfa(terminal, self._dfa_cache)
+        if all(t.name in self._given for t in self.lark.terminals):
+            return  # placeholders only (a JSON Schema's grammar form): their literal patterns compile
         for basic in {id(b): b for b in self._lexers.values()}.values():
             try:
                 _ = basic.scanner  # building lark's scanner compiles every terminal regex

@@ -16,10 +16,9 @@ from typing import Optional
 
 import lark
 from lark.exceptions import LarkError
-from lark.grammar import NonTerminal, RuleOptions, Terminal
-from lark.lexer import Token
+from lark.grammar import NonTerminal, Rule, RuleOptions, Terminal
+from lark.lexer import PatternStr, TerminalDef
 from lark.load_grammar import Grammar
-from lark.tree import Tree
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.gbnf_build import build_gbnf_parser
@@ -107,9 +106,11 @@ def build_lark(text: str, start: str = "start", placeholders: bool = False, stri
 def placeholder_grammar(text: str) -> Optional[Grammar]:
     """`text` as lark's grammar object when it is plain BNF over placeholder terminals (`rule: a B |
     C`, `B: "<B>"`: what a JSON Schema's grammar form writes), else None. Reading such text is
-    trivial, while lark's grammar parser takes tens of milliseconds on a large schema's rules
-    (tests check that both give the same parse table)."""
-    rules, terminals = [], []
+    trivial, while lark's grammar parser and its rule compiler (EBNF to BNF, tree transforms)
+    take tens of milliseconds on a large schema's rules (tests check that both give the same
+    rules, terminals and parse table)."""
+    rules: list = []
+    terminals: list = []
     for line in text.splitlines():
         name, sep, body = line.partition(": ")
         if not line or not sep or not (_RULE.match(name) or _TERMINAL.match(name)):
@@ -117,18 +118,54 @@ def placeholder_grammar(text: str) -> Optional[Grammar]:
         if _TERMINAL.match(name):
             if body != f'"<{name}>"':
                 return None
-            literal = Tree("literal", [Token("STRING", body)])
-            terminals.append((name, (Tree("expansions", [Tree("expansion", [Tree("value", [literal])])]), 0)))
+            terminals.append(name)
             continue
         alternatives = []
         for alternative in body.split("|"):
             symbols = alternative.split()
             if not all(_RULE.match(x) or _TERMINAL.match(x) for x in symbols):
                 return None
-            values = [Tree("value", [Terminal(x) if _TERMINAL.match(x) else NonTerminal(x)]) for x in symbols]
-            alternatives.append(Tree("expansion", values))
-        rules.append((Token("RULE", name), (), Tree("expansions", alternatives), RuleOptions()))
-    return Grammar(rules, terminals, [])
+            alternatives.append(symbols)
+        rules.append((name, alternatives))
+    return _PlainGrammar(rules, terminals)
+
+
+class _PlainGrammar(Grammar):
+    """Plain BNF over placeholder terminals, compiled straight into lark's rules and terminal
+    definitions: what `Grammar.compile` makes of the same text (a rule's repeated alternatives
+    kept once, unused rules and terminals dropped, as it does), without its tree transforms."""
+
+    def __init__(self, rules: list, terminals: list) -> None:
+        super().__init__([], [], [])
+        self.plain_rules, self.plain_terminals = rules, terminals
+
+    def compile(self, start, terminals_to_keep) -> tuple:
+        terminals = [TerminalDef(n, PatternStr(f"<{n}>", raw=f'"<{n}>"')) for n in self.plain_terminals]
+        symbols: dict = {}
+
+        def symbol(x: str):
+            found = symbols.get(x)
+            if found is None:
+                found = symbols[x] = Terminal(x) if _TERMINAL.match(x) else NonTerminal(x)
+            return found
+
+        compiled = []
+        for name, alternatives in self.plain_rules:
+            origin, options = NonTerminal(name), RuleOptions()
+            unique = dict.fromkeys(tuple(alternative) for alternative in alternatives)  # lark drops repeats
+            for order, alternative in enumerate(unique):
+                compiled.append(Rule(origin, [symbol(x) for x in alternative], order, None, options))
+        while True:  # unused rules go, as in Grammar.compile
+            used = {x for r in compiled for x in r.expansion if isinstance(x, NonTerminal) and x != r.origin}
+            used |= {NonTerminal(x) for x in start}
+            kept = [r for r in compiled if r.origin in used]
+            if len(kept) == len(compiled):
+                break
+            compiled = kept
+        if terminals_to_keep != "*":
+            named = {x.name for r in compiled for x in r.expansion if isinstance(x, Terminal)}
+            terminals = [t for t in terminals if t.name in named or t.name in terminals_to_keep]
+        return terminals, compiled, []
 
 
 class _PlaceholderLexer(lark.lexer.ContextualLexer):
