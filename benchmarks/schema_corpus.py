@@ -83,7 +83,7 @@ def walk(cursor, ids: list[int], times: list | None) -> bool:
     return cursor.accepting()
 
 
-def _worker(lib_name: str, conn) -> None:
+def _worker(lib_name: str, conn, cold_memo: bool = False) -> None:
     from schema_corpus_libs import LIBRARIES
 
     from sgl_runtime.constrained.vocabulary import Vocabulary
@@ -101,21 +101,25 @@ def _worker(lib_name: str, conn) -> None:
         index = conn.recv()
         if index is None:
             return
+        if cold_memo:  # each schema compiled as if first: no automaton operation kept from earlier ones
+            from sgl_runtime.constrained import automata_memo
+
+            automata_memo.clear()
         conn.send(("done", run_schema(lib, tokenizer, corpus[index])))
 
 
 class Worker:
     """One library in a child process; restarted after a timeout kills it."""
 
-    def __init__(self, lib_name: str) -> None:
-        self.lib_name = lib_name
+    def __init__(self, lib_name: str, cold_memo: bool = False) -> None:
+        self.lib_name, self.cold_memo = lib_name, cold_memo
         self.version = None
         self._start()
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker, args=(self.lib_name, child), daemon=True)
+        self.process = ctx.Process(target=_worker, args=(self.lib_name, child, self.cold_memo), daemon=True)
         self.process.start()
         if not self.conn.poll(600):
             raise RuntimeError(f"{self.lib_name}: worker did not start")
@@ -184,6 +188,11 @@ def main() -> None:
     parser.add_argument("--merge", nargs="*", type=Path, default=None, help="summarise these --json files together")
     parser.add_argument("--names", nargs="*", default=None, help="only schemas whose name contains one of these")
     parser.add_argument("--json", type=Path, default=None, help="write per-schema results here")
+    parser.add_argument(
+        "--cold-memo",
+        action="store_true",
+        help="ours: forget the automaton operations kept from earlier schemas before each one (automata_memo.py)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     corpus = load_corpus()
@@ -197,7 +206,7 @@ def main() -> None:
     report, details = [], {}
     for lib in args.libs.split(","):
         try:
-            worker = Worker(lib)
+            worker = Worker(lib, cold_memo=args.cold_memo and lib == "ours")
         except Exception as exc:  # noqa: BLE001 - a library that cannot start is reported as such
             report.append({"library": lib, "error": f"{type(exc).__name__}: {exc}"})
             print(json.dumps(report[-1]), flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
@@ -71,6 +72,20 @@ class Dfa:
 
     edges: tuple
     finals: frozenset
+
+    def __hash__(self) -> int:  # computed once: Dfas key the memo of automata_memo
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.edges, self.finals))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __getstate__(self) -> dict:  # string hashes differ between processes: the cached one stays here
+        return {"edges": self.edges, "finals": self.finals}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
 
     @property
     def num_states(self) -> int:
@@ -225,11 +240,25 @@ def work_left() -> tuple[int, int] | None:
 def _check_size(n: int, what: str) -> None:
     if n > MAX_STATES:
         raise ConstraintError(f"JSON Schema automaton too large ({what} exceeds {MAX_STATES} states)")
+    charge(1)
+
+
+_CHARGED = threading.local()  # per thread: states charged so far (automata_memo replays an operation's charge)
+
+
+def charge(states: int) -> None:
+    """Counts `states` against the innermost `work_budget` (ConstraintError past it)."""
+    _CHARGED.n = getattr(_CHARGED, "n", 0) + states
     left = _WORK_LEFT.get()
     if left is not None:
-        left[0] -= 1
+        left[0] -= states
         if left[0] < 0:
             raise ConstraintError(f"{BUDGET_EXCEEDED} {left[1]} automaton states in total (raise max_work_states)")
+
+
+def charged() -> int:
+    """States this thread has charged so far (see charge)."""
+    return getattr(_CHARGED, "n", 0)
 
 
 # ----------------------------------------------------------------------------- minimize

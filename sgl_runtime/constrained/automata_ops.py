@@ -16,6 +16,7 @@ from sgl_runtime.constrained.automata import (
     _Partition,
     literal,
 )
+from sgl_runtime.constrained.automata_memo import memoized
 
 
 class Nfa:
@@ -148,6 +149,7 @@ class Nfa:
         return frozenset(found)
 
 
+@memoized
 def concat(*dfas: Dfa) -> Dfa:
     if any(d.is_empty() for d in dfas):
         return EMPTY
@@ -183,6 +185,7 @@ def _literal_text(dfa: Dfa) -> str | None:
     return "".join(chars)
 
 
+@memoized
 def union(*dfas: Dfa) -> Dfa:
     dfas = tuple(d for d in dfas if not d.is_empty())
     if not dfas:
@@ -308,6 +311,7 @@ def product(
     return _minimize(table, finals, part)
 
 
+@memoized
 def intersect(*dfas: Dfa) -> Dfa:
     if any(d.is_empty() for d in dfas):
         return EMPTY
@@ -316,6 +320,7 @@ def intersect(*dfas: Dfa) -> Dfa:
     return product(dfas, all, lambda st: None not in st, drivers=1)
 
 
+@memoized
 def difference(a: Dfa, *subtract: Dfa) -> Dfa:
     """Strings of `a` accepted by none of `subtract`."""
     subtract = tuple(d for d in subtract if not d.is_empty())
@@ -324,6 +329,7 @@ def difference(a: Dfa, *subtract: Dfa) -> Dfa:
     return product((a,) + subtract, lambda acc: acc[0] and not any(acc[1:]), lambda st: st[0] is not None, drivers=1)
 
 
+@memoized
 def exactly_one(*dfas: Dfa) -> Dfa:
     """Strings accepted by exactly one of `dfas`."""
     dfas = tuple(d for d in dfas if not d.is_empty())
