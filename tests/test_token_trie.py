@@ -82,3 +82,18 @@ def test_trie_walk_equals_the_column_walk_of_every_token(tok, name):
             assert _flat(by_trie) == _flat(columns), (name, key)
         matcher.advance(token)  # raises if the text leaves the grammar
     assert len(compared) >= 8
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100, 256, 257, 5000])
+def test_pack_sets_exactly_the_bits_of_its_ids(n):
+    """TokenTable.pack has a word-by-word path for few ids and a flag-array path for many: both are
+    numpy's packbits of the flags (repeats, bit 31 and the last token included)."""
+    table = TokenTable([b"x"] * 1000)
+    ids = np.random.default_rng(n).integers(0, 1000, n)
+    if n >= 4:
+        ids[1], ids[2], ids[3] = ids[0], 999, 31
+    flags = np.zeros(table.num_words * 32, dtype=bool)
+    flags[ids] = True
+    packed = table.pack(ids)
+    assert packed.dtype == np.int32
+    assert np.array_equal(packed, np.packbits(flags, bitorder="little").view("<u4").astype(np.int32))

@@ -29,6 +29,7 @@ PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
 GROUP_AFTER_RUNS = 8  # full runs of a context before its tokens are grouped (a build costs about 3 runs)
 WIDE_WALK = 4096  # tokens alive on their first byte from which a walk inside one slot reads a table (string_walk.py)
+FEW_IDS = 256  # TokenTable.pack sets at most this many bits word by word
 STATE_MASKS = 512  # whole-state masks kept for whole-token groups (each ceil(vocab/32) words)
 NEEDS_KEPT = 32  # per-token needs kept of counted slots' automaton states (each 2 bytes per token)
 
@@ -63,6 +64,15 @@ class TokenTable:
 
     def pack(self, ids: np.ndarray) -> np.ndarray:
         """Packed int32 bitmask [num_words] with the bits of `ids` set."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size <= FEW_IDS:  # a few bits: set word by word, not through a flag per token
+            words = np.zeros(self.num_words, dtype=np.uint32)
+            if ids.size <= 8:
+                for i in ids.tolist():
+                    words[i >> 5] |= 1 << (i & 31)
+            else:
+                np.bitwise_or.at(words, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+            return words.view(np.int32)
         flags = np.zeros(self.num_words * 32, dtype=bool)
         flags[ids] = True
         return np.packbits(flags, bitorder="little").view("<u4").astype(np.int32)
