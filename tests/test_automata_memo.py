@@ -70,3 +70,21 @@ def test_a_pickled_dfa_leaves_its_cached_hash_behind():
     hash(dfa)
     copy = pickle.loads(pickle.dumps(dfa))
     assert "_hash" not in copy.__dict__ and copy == dfa and hash(copy) == hash(dfa)
+
+
+def test_the_memo_stays_within_its_bound(monkeypatch):
+    """Kept results weigh at most MEMO_WEIGHT (states, and listed characters of large classes),
+    the least recently used going first; a result heavier than MEMO_MAX_RESULT is not kept."""
+    monkeypatch.setattr(automata_memo, "MEMO_WEIGHT", 40)
+    monkeypatch.setattr(automata_memo, "MEMO_MAX_RESULT", 30)
+    automata_memo.clear()
+    for i in range(20):
+        union(literal(f"a{i}"), literal(f"b{i}x"))  # a few states and characters each
+        assert automata_memo._kept[0] <= 40
+    kept = [operands for _, operands in automata_memo._entries]
+    assert (literal("a19"), literal("b19x")) in kept and (literal("a0"), literal("b0x")) not in kept
+    assert union(literal("a19"), literal("b19x")) is union(literal("a19"), literal("b19x"))
+    big = char_dfa(charset(chr(0x4E00 + i) for i in range(100)))  # 100 listed characters: over 30
+    concat(big, literal("!"))
+    assert concat(big, literal("!")) is not concat(big, literal("!"))
+    automata_memo.clear()

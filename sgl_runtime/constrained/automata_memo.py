@@ -18,12 +18,19 @@ from typing import Callable
 
 from sgl_runtime.constrained.automata import Dfa, charge, charged
 
-MEMO_STATES = 200_000  # result states kept, in all (least recently used go first)
-MEMO_MAX_RESULT = 20_000  # a result with more states is not kept
+MEMO_WEIGHT = 300_000  # weight of the results kept, in all (least recently used go first)
+MEMO_MAX_RESULT = 20_000  # a result heavier than this is not kept
 
-_entries: OrderedDict = OrderedDict()  # (operation, operands) -> (result, states charged)
-_kept_states = [0]
+_entries: OrderedDict = OrderedDict()  # (operation, operands) -> (result, states charged, weight)
+_kept = [0]  # weight kept
 _lock = threading.Lock()
+
+
+def _weight(dfa: Dfa) -> int:
+    """A result's share of the bound: its states, and half its listed characters (a Unicode class
+    lists up to ~100,000: memory that its state count does not show)."""
+    charsets = {id(cs): cs for out in dfa.edges for cs, _ in out}
+    return dfa.num_states + sum(len(cs.chars) for cs in charsets.values()) // 2
 
 
 def memoized(operation: Callable[..., Dfa]) -> Callable[..., Dfa]:
@@ -43,14 +50,14 @@ def memoized(operation: Callable[..., Dfa]) -> Callable[..., Dfa]:
         start = charged()
         result = operation(*dfas)
         cost = charged() - start
-        if result.num_states <= MEMO_MAX_RESULT:
+        weight = _weight(result) if result.num_states <= MEMO_MAX_RESULT else MEMO_MAX_RESULT + 1
+        if weight <= MEMO_MAX_RESULT:
             with _lock:
                 if key not in _entries:
-                    _entries[key] = (result, cost)
-                    _kept_states[0] += result.num_states
-                while _kept_states[0] > MEMO_STATES and _entries:
-                    _, (old, _) = _entries.popitem(last=False)
-                    _kept_states[0] -= old.num_states
+                    _entries[key] = (result, cost, weight)
+                    _kept[0] += weight
+                while _kept[0] > MEMO_WEIGHT and _entries:
+                    _kept[0] -= _entries.popitem(last=False)[1][2]
         return result
 
     return wrapper
@@ -60,4 +67,4 @@ def clear() -> None:
     """Forget every kept result (tests, benchmarks of cold compiles)."""
     with _lock:
         _entries.clear()
-        _kept_states[0] = 0
+        _kept[0] = 0
