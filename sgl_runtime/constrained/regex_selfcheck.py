@@ -82,17 +82,19 @@ class _Sampler:
 
     def accepts(self, text: str) -> bool:
         """`dfa.accepts(text)`, each (state, character) step looked up once."""
-        steps, state = self._steps, 0
+        state = 0
         for c in text:
-            key = (state, c)
-            if key in steps:
-                nxt = steps[key]
-            else:
-                nxt = steps[key] = self.dfa.step(state, c)
+            nxt = self._step(state, c)
             if nxt is None:
                 return False
             state = nxt
         return state in self.dfa.finals
+
+    def _step(self, state: int, c: str) -> int | None:
+        key = (state, c)
+        if key not in self._steps:
+            self._steps[key] = self.dfa.step(state, c)
+        return self._steps[key]
 
     def _pick(self, items):
         return items[int(self.random() * len(items))]
@@ -135,7 +137,7 @@ class _Sampler:
         """The pool characters that step off the automaton from `state` (memoized per state)."""
         got = self._off_chars.get(state)
         if got is None:
-            got = self._off_chars[state] = [c for c in self.pool if self.dfa.step(state, c) is None]
+            got = self._off_chars[state] = [c for c in self.pool if self._step(state, c) is None]
         return got
 
     def _mutated(self, text: str) -> str:
