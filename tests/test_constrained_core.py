@@ -122,6 +122,19 @@ def test_byte_level_vocabulary():
     assert narrow.size == 257 and narrow.token_bytes[256] == b" a" and narrow.eos_token_ids == ()
 
 
+def test_vocabulary_flags_per_token():
+    vocab = Vocabulary(
+        [b"a,", b":", None, b"", b'"k":', b"\xff,]"], eos_token_ids=[2]
+    )  # a missing and an empty token hold nothing
+    assert vocab.holding(b",").tolist() == [True, False, False, False, False, True]
+    assert vocab.holding(b":").tolist() == [False, True, False, False, True, False]
+    assert vocab.holding(b",]").tolist() == [False, False, False, False, False, True]
+    assert vocab.holding(b",") is vocab.holding(b",")  # kept: one scan per vocabulary
+    assert not vocab.holding(b",").flags.writeable
+    assert vocab.first_bytes.tolist() == [ord("a"), ord(":"), -1, -1, ord('"'), 0xFF]
+    assert vocab.max_token_len() == 4
+
+
 def test_sentencepiece_vocabulary():
     tok = _sentencepiece_tokenizer()
     vocab = Vocabulary.from_tokenizer(tok)

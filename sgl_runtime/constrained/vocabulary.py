@@ -103,7 +103,24 @@ class Vocabulary:
         return self._ids_by_bytes.get(data, [])
 
     def max_token_len(self) -> int:
-        return max((len(b) for b in self._byte_table[0]), default=0)
+        return self._max_token_len
+
+    def holding(self, data: bytes) -> np.ndarray:
+        """Per token id, whether its bytes contain `data` (read-only, kept for this vocabulary:
+        callers pass a few fixed delimiters such as b"," and b":")."""
+        flags = self._holding.get(data)
+        if flags is None:
+            flags = np.array([bool(b) and data in b for b in self.token_bytes], dtype=bool)
+            flags.flags.writeable = False
+            self._holding[data] = flags
+        return flags
+
+    @cached_property
+    def first_bytes(self) -> np.ndarray:
+        """Per token id, its first byte (-1 for a token without bytes), read-only."""
+        out = np.array([b[0] if b else -1 for b in self.token_bytes], dtype=np.int16)
+        out.flags.writeable = False
+        return out
 
     def begins_a_token(self, prefix: bytes) -> bool:
         """Whether some token's bytes begin with `prefix`."""
@@ -145,6 +162,14 @@ class Vocabulary:
             if b:
                 token_to_unique[i] = index.setdefault(b, len(index))
         return list(index), token_to_unique
+
+    @cached_property
+    def _max_token_len(self) -> int:
+        return max((len(b) for b in self._byte_table[0]), default=0)
+
+    @cached_property
+    def _holding(self) -> dict[bytes, np.ndarray]:
+        return {}
 
     @cached_property
     def _sorted_bytes(self) -> list[bytes]:

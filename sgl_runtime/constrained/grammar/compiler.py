@@ -138,12 +138,10 @@ class GrammarConstraint(Constraint):
         for frame in arrays:
             if frame[1] is None or frame[2].unique is None:
                 if at_bound(frame):  # its separator may not follow: every token that holds one
-                    candidates.update(np.flatnonzero(self._delimiter_flags(b",")).tolist())
+                    candidates.update(np.flatnonzero(self.vocabulary.holding(b",")).tolist())
                 continue
             text = frame[1] + state.token
-            if not hasattr(self, "_longest"):
-                self._longest = self.vocabulary.max_token_len()
-            ahead = rests(frame, text, self._longest, self.vocabulary.begins_a_token)
+            ahead = rests(frame, text, self.vocabulary.max_token_len(), self.vocabulary.begins_a_token)
             if ahead is None:  # too many ways on: every allowed token that starts along one
                 candidates.update(self._ids_starting_with(mask, firsts(frame, state.token) or set()))
                 continue
@@ -164,7 +162,7 @@ class GrammarConstraint(Constraint):
             return set()
         seen, token = state.frames[j][0], state.token
         rows = self.masks.closing_rows(state.bare())
-        out = set(rows[self._delimiter_flags(b":")[rows]].tolist())
+        out = set(rows[self.vocabulary.holding(b":")[rows]].tolist())
         start = token.find(b'"')
         for key in seen:
             if start < 0:
@@ -178,26 +176,14 @@ class GrammarConstraint(Constraint):
 
     def _ids_starting_with(self, mask: np.ndarray, firsts: set) -> list[int]:
         """The tokens allowed by `mask` whose first byte is in `firsts`."""
-        if not hasattr(self, "_first_bytes"):
-            self._first_bytes = np.array([data[0] if data else -1 for data in self.vocabulary.token_bytes])
         allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.vocabulary.size].astype(bool)
-        return np.nonzero(allowed & np.isin(self._first_bytes, list(firsts)))[0].tolist()
+        return np.nonzero(allowed & np.isin(self.vocabulary.first_bytes, list(firsts)))[0].tolist()
 
     def _closing_ids(self, state: GrammarState) -> list[int]:
         """The tokens that close the current token somewhere inside them and hold a `,` or `]`."""
-        flags = self._delimiter_flags(b",") | self._delimiter_flags(b"]")
+        flags = self.vocabulary.holding(b",") | self.vocabulary.holding(b"]")
         rows = self.masks.closing_rows(state.bare())
         return rows[flags[rows]].tolist()
-
-    def _delimiter_flags(self, delimiter: bytes) -> np.ndarray:
-        """Per token, whether its bytes hold `delimiter`."""
-        if not hasattr(self, "_delimiters"):
-            self._delimiters: dict = {}
-        flags = self._delimiters.get(delimiter)
-        if flags is None:
-            flags = np.array([bool(data) and delimiter in data for data in self.vocabulary.token_bytes])
-            self._delimiters[delimiter] = flags
-        return flags
 
     def _warm_up(self, seconds: float) -> None:
         """Build lexer contexts, then their token-start vocabulary walks, within `seconds`."""
