@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sgl_runtime.constrained.compiler import compile_constraint
+from sgl_runtime.constrained.grammar import string_walk
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
 from sgl_runtime.constrained.grammar.token_trie import TokenTrie
 from sgl_runtime.constrained.grammar.walk import TokenTable, walk
@@ -97,3 +98,46 @@ def test_pack_sets_exactly_the_bits_of_its_ids(n):
     packed = table.pack(ids)
     assert packed.dtype == np.int32
     assert np.array_equal(packed, np.packbits(flags, bitorder="little").view("<u4").astype(np.int32))
+
+
+def _loop_reference(token_bytes, trans, counted, accepting, state):
+    """LoopTokens' outcome token by token: ({(final state, counted characters): token ids}, rest)."""
+    inside: dict = {}
+    rest = set()
+    for i, data in enumerate(token_bytes):
+        q, got = state, 0
+        for b in data:
+            if trans[q, b] < 0:
+                break
+            got += int(counted[q, b]) if counted is not None else 0
+            q = int(trans[q, b])
+            if accepting[q]:
+                rest.add(i)
+                break
+        else:
+            inside.setdefault((q, got), []).append(i)
+    return inside, rest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_loop_tokens_equal_the_walk_of_every_token(seed):
+    """LoopTokens steps each trie level over all its nodes while many live, else over the live
+    ones: either way, the tokens that stay inside grouped by (final state, counted characters) in
+    that order, and those that reach an accepting state, are those of a walk token by token."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b'ab"\\x\xc3\xa9', dtype=np.uint8)
+    tokens = sorted({bytes(rng.choice(alphabet, int(rng.integers(1, 9)))) for _ in range(4000)})
+    table = TokenTable(tokens)
+    m = 6
+    trans = rng.integers(0, m, (m, 256)).astype(np.int32)
+    trans[rng.random((m, 256)) < [0.02, 0.3, 0.6][seed % 3]] = -1  # mostly alive, or dying as it goes
+    counted = (rng.random((m, 256)) < 0.7) if seed < 4 else None
+    accepting = np.zeros(m, dtype=bool)
+    accepting[m - 1] = seed % 2 == 0  # some paths reach an accept: those tokens are walked in full
+    loop = string_walk.LoopTokens(string_walk._steps(trans, counted), counted is not None, accepting, 0, table)
+    want_inside, want_rest = _loop_reference(tokens, trans, counted, accepting, 0)
+    assert set(loop.rest.tolist()) == want_rest and len(loop.rest) == len(want_rest)
+    got_inside = {(final, got): sorted(loop.tokens[lo:hi].tolist()) for final, got, lo, hi in loop.groups}
+    assert got_inside == want_inside
+    assert [(f, g) for f, g, _, _ in loop.groups] == sorted(want_inside)  # grouped in (state, count) order
+    assert sum(hi - lo for _, _, lo, hi in loop.groups) == len(loop.tokens)

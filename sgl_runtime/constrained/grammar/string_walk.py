@@ -36,7 +36,7 @@ class LoopTokens:
     """The vocabulary's paths from one state of a slot's automaton (see the module)."""
 
     _shared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # table -> OrderedDict
-    _digests: dict = {}  # id(automaton's owner) -> (weakref to it, digest of its tables)
+    _automata: dict = {}  # id(automaton's owner) -> [weakref to it, digest of its tables, steps or None]
     _lock = threading.Lock()
 
     @classmethod
@@ -45,19 +45,21 @@ class LoopTokens:
         or None, accepting [m]) that `owner` holds, built once per automaton by content (the count
         bounds play no part: strings of one character set share them); LOOPS_KEPT are kept."""
         with cls._lock:
-            digest = cls._digests.get(id(owner))
-            if digest is None or digest[0]() is not owner:
+            entry = cls._automata.get(id(owner))
+            if entry is None or entry[0]() is not owner:
                 h = hashlib.blake2b(digest_size=16)
                 for part in tables:
                     h.update(b"-" if part is None else np.ascontiguousarray(part).tobytes())
-                digest = cls._digests[id(owner)] = (weakref.ref(owner, cls._forget(id(owner))), h.digest())
-            key = (digest[1], state)
+                entry = cls._automata[id(owner)] = [weakref.ref(owner, cls._forget(id(owner))), h.digest(), None]
+            key = (entry[1], state)
             kept = cls._shared.setdefault(table, OrderedDict())
             found = kept.get(key)
             if found is not None:
                 kept.move_to_end(key)
                 return found
-        built = cls(*tables, state, table)
+        if entry[2] is None:  # kept while the automaton lives: its LoopTokens are built one state at a time
+            entry[2] = _steps(tables[0], tables[1])
+        built = cls(entry[2], tables[1] is not None, tables[2], state, table)
         with cls._lock:
             kept[key] = built
             if len(kept) > LOOPS_KEPT:
@@ -68,62 +70,77 @@ class LoopTokens:
     def _forget(cls, key: int):
         def forget(_ref) -> None:
             with cls._lock:
-                cls._digests.pop(key, None)
+                cls._automata.pop(key, None)
 
         return forget
 
-    def __init__(
-        self, trans: np.ndarray, counted: Optional[np.ndarray], accepting: np.ndarray, state: int, table
-    ) -> None:
+    def __init__(self, steps: np.ndarray, counts: bool, accepting: np.ndarray, state: int, table) -> None:
+        """`steps` as `_steps` packs the automaton; `counts`: whether it has counted transitions.
+        A level is stepped over all its nodes while at least a quarter of them are alive (no
+        compaction, its parents read through their links), else over the live ones only."""
         trie = TokenTrie.of(table)
-        node_st = np.full(trie.n_nodes, -1, dtype=np.int32)  # per node reached without an accept: state, count
-        node_got = np.zeros(trie.n_nodes, dtype=np.int32)
+        dead = accepting.size  # the sink row of `steps`
+        ends = np.zeros(dead + 1, dtype=bool)
+        ends[:dead] = accepting
+        node_st = np.full(trie.n_nodes, dead, dtype=np.int32)  # per node reached without an accept: state, count
+        node_got = np.zeros(trie.n_nodes if counts else 0, dtype=np.int32)
         rest = []
-        nodes = np.arange(trie.byte[0].size if trie.byte else 0)
-        st = np.full(nodes.size, state, dtype=np.int32)
-        got = np.zeros(nodes.size, dtype=np.int32)
+        nodes = None  # the level's live nodes; None: every node of the level
+        st = np.full(trie.byte[0].size if trie.byte else 0, state, dtype=np.int32)
+        got = np.zeros(st.size, dtype=np.int32)
         for d in range(len(trie.byte)):
-            if not nodes.size:
+            level = slice(trie.level_start[d], trie.level_start[d + 1])
+            byte = trie.byte32[d] if nodes is None else trie.byte32[d][nodes]
+            step = np.take(steps, (st << 8) | byte)
+            st = step >> 1
+            if counts:
+                got = got + (step & 1)
+            shut = np.flatnonzero(np.take(ends, st))
+            if shut.size:  # every token below reaches an accepting state: walked in full each time
+                at = shut if nodes is None else nodes[shut]
+                rest.append(_ranges(trie.lo[d][at], trie.hi[d][at])[0])
+                st[shut] = dead
+            alive = st < dead
+            if nodes is None:
+                node_st[level] = st
+                if counts:
+                    node_got[level] = got
+            else:
+                nodes, st = nodes[alive], st[alive]
+                node_st[level.start + nodes] = st
+                if counts:
+                    got = got[alive]
+                    node_got[level.start + nodes] = got
+            n_alive = int(np.count_nonzero(alive))
+            if not n_alive or d + 1 == len(trie.byte):
                 break
-            byte = trie.byte[d][nodes]
-            nxt = trans[st, byte]
-            on = nxt >= 0  # the others die here, whatever the count
-            nodes, st, got, byte, nxt = nodes[on], st[on], got[on], byte[on], nxt[on]
-            if counted is not None:
-                got = got + counted[st, byte]
-            st = nxt
-            ends_here = accepting[st]
-            if ends_here.any():  # every token below reaches an accepting state: walked in full each time
-                shut = nodes[ends_here]
-                rest.append(_ranges(trie.lo[d][shut], trie.hi[d][shut])[0])
-                keep = ~ends_here
-                nodes, st, got = nodes[keep], st[keep], got[keep]
-            at = trie.level_start[d]
-            node_st[at + nodes], node_got[at + nodes] = st, got
-            if d + 1 == len(trie.byte):
-                break
-            listed = listed_children(trie, d, nodes)
+            if nodes is None and 4 * n_alive < alive.size:
+                nodes = np.flatnonzero(alive)
+                st = st[nodes]
+                got = got[nodes] if counts else got
+            listed = listed_children(trie, d, nodes) if nodes is not None else None
             if listed is not None:
-                nodes, counts = listed
-                st, got = np.repeat(st, counts), np.repeat(got, counts)
-            else:  # most of the level: through the parent links
-                parent = trie.parent[d + 1] + at
-                st = node_st[parent]
-                nodes = np.flatnonzero(st >= 0)
-                st, got = st[nodes], node_got[parent[nodes]]
+                nodes, repeats = listed
+                st = np.repeat(st, repeats)
+                got = np.repeat(got, repeats) if counts else got
+            else:  # every node of the next level, through its parent links
+                parent = trie.parent[d + 1]
+                st = np.take(node_st[level], parent)
+                got = np.take(node_got[level], parent) if counts else got
+                nodes = None
         self.rest = trie.sorted_rows[np.concatenate(rest)] if rest else np.zeros(0, dtype=np.int64)
-        final = node_st[trie.end_node]
-        positions = np.flatnonzero(final >= 0)
-        final, got = final[positions], node_got[trie.end_node[positions]]
-        order = _by_pair(final, got)
+        final = np.take(node_st, trie.end_node)
+        positions = np.flatnonzero(final < dead)
+        final = final[positions]
+        got = np.take(node_got, trie.end_node[positions]) if counts else np.zeros(positions.size, dtype=np.int32)
+        order, key = _by_pair(final, got)
         self.tokens = trie.sorted_rows[positions[order]].astype(np.int32)  # by (final state, counted characters)
-        key = final[order].astype(np.int64) * (int(got.max(initial=0)) + 1) + got[order]
+        key = key[order]
         cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
         firsts = np.concatenate([[0], cuts]).astype(np.int64) if key.size else np.zeros(0, dtype=np.int64)
-        ends = np.append(cuts, key.size).astype(np.int64)
-        self.groups = list(
-            zip(final[order][firsts].tolist(), got[order][firsts].tolist(), firsts.tolist(), ends.tolist())
-        )
+        ends_at = np.append(cuts, key.size).astype(np.int64)
+        heads = order[firsts]
+        self.groups = list(zip(final[heads].tolist(), got[heads].tolist(), firsts.tolist(), ends_at.tolist()))
 
     def inside(self, ctx: LexerContext, lex: int) -> list:
         """[(lexer state, token ids)] of the tokens that end inside the slot from `lex` (a state
@@ -145,12 +162,29 @@ class LoopTokens:
         return out
 
 
-def _by_pair(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """The stable order sorting by (first, second): two radix sorts where both fit 16 bits."""
-    if first.size and max(int(first.max()), int(second.max())) <= np.iinfo(np.uint16).max:
+def _steps(trans: np.ndarray, counted: Optional[np.ndarray]) -> np.ndarray:
+    """The automaton as one flat int32 table: entry `(q << 8) | byte` holds 2 * next state + 1 if
+    the transition is counted; a dead transition leads to the sink row m, which stays there."""
+    m = trans.shape[0]
+    steps = np.empty((m + 1, 256), dtype=np.int32)
+    steps[:m] = np.where(trans >= 0, trans * 2, 2 * m)
+    if counted is not None:
+        steps[:m] += (counted & (trans >= 0)).astype(np.int32)
+    steps[m] = 2 * m
+    return steps.ravel()
+
+
+def _by_pair(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the stable order sorting by (first, second), one int key per pair): a single radix sort
+    where the key fits 16 bits, two where each part does."""
+    width = int(second.max(initial=0)) + 1
+    key = first.astype(np.int64) * width + second
+    if first.size and int(key.max()) <= np.iinfo(np.uint16).max:
+        return np.argsort(key.astype(np.uint16), kind="stable"), key
+    if first.size and max(int(first.max()), width - 1) <= np.iinfo(np.uint16).max:
         order = np.argsort(second.astype(np.uint16), kind="stable")
-        return order[np.argsort(first[order].astype(np.uint16), kind="stable")]
-    return np.lexsort((second, first))
+        return order[np.argsort(first[order].astype(np.uint16), kind="stable")], key
+    return np.lexsort((second, first)), key
 
 
 def loop_tokens(ctx: LexerContext, lex: int, table) -> Optional[LoopTokens]:

@@ -77,6 +77,7 @@ class TokenTrie:
             more = ~ending
             members, parent = members[more], node[more]
             d += 1
+        self.byte32 = [b.astype(np.int32) for b in self.byte]  # the same, ready to index a flat [state, byte] table
         n_last = self.lo[-1].size if self.lo else 0
         self.child_n.append(np.zeros(n_last, dtype=np.int64))
         self.child_lo.append(np.zeros(n_last, dtype=np.int64))
