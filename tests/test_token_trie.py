@@ -141,3 +141,28 @@ def test_loop_tokens_equal_the_walk_of_every_token(seed):
     assert got_inside == want_inside
     assert [(f, g) for f, g, _, _ in loop.groups] == sorted(want_inside)  # grouped in (state, count) order
     assert sum(hi - lo for _, _, lo, hi in loop.groups) == len(loop.tokens)
+
+
+def test_token_classes_group_tokens_by_their_class_sequence():
+    """TokenClasses: one representative per byte-class sequence, every token of a group (empty
+    tokens, which hold no bytes in the table, left out) spelling its representative's classes."""
+    from sgl_runtime.constrained.grammar.token_classes import TokenClasses
+
+    rng = np.random.default_rng(3)
+    tokens = [bytes(rng.integers(0, 256, int(rng.integers(1, 6)))) for _ in range(3000)]
+    tokens[::50] = [b""] * len(tokens[::50])  # empty rows between non-empty ones
+    table = TokenTable(tokens)
+    class_of = (np.arange(256) % 3).astype(np.int32)
+    grouped = TokenClasses.build(table, class_of)
+    assert grouped is not None
+    seq = [tuple(class_of[list(t)].tolist()) for t in tokens]
+    want: dict = {}
+    for i, t in enumerate(tokens):
+        if t:
+            want.setdefault(seq[i], set()).add(i)
+    members, counts = grouped.members(grouped.reps)
+    got, at = {}, 0
+    for rep, n in zip(grouped.reps.tolist(), counts.tolist()):
+        got[seq[rep]] = set(members[at : at + n].tolist())
+        at += n
+    assert got == want

@@ -10,6 +10,8 @@ group, then gives each group's outcome to all its tokens.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -31,12 +33,10 @@ class TokenClasses:
         """The grouping of `table`'s non-empty tokens in a context with byte classes `class_of`
         (None when it would not halve the tokens, or a hash collision shows)."""
         rows = table.all_rows
-        lens, starts = table.lens[rows], table.starts[rows]
-        first = np.cumsum(lens) - lens  # each token's first byte in the concatenation
-        pos = np.arange(int(lens.sum())) - np.repeat(first, lens)  # byte offset inside its token
-        classes = class_of[table.flat[np.repeat(starts, lens) + pos]].astype(np.uint64)
-        weights = np.random.default_rng(0).integers(1, 2**63, size=int(lens.max()), dtype=np.uint64) | np.uint64(1)
-        hashes = np.add.reduceat((classes + np.uint64(1)) * weights[pos], first)
+        lens = table.lens[rows]
+        first, pos, weighted = _layout(table)
+        classes = class_of[table.flat[: pos.size]].astype(np.uint64)  # the tokens' bytes, in row order
+        hashes = np.add.reduceat((classes + np.uint64(1)) * weighted, first)
         keys = hashes ^ (lens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
         _, rep_index, inverse = np.unique(keys, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -45,12 +45,12 @@ class TokenClasses:
         rep_of = rep_index[inverse]  # [tokens] the index (into rows) of each token's representative
         if not np.array_equal(lens[rep_of], lens):
             return None
-        rep_bytes = np.repeat(starts[rep_of], lens) + pos
+        rep_bytes = np.repeat(first[rep_of], lens) + pos
         if not np.array_equal(class_of[table.flat[rep_bytes]].astype(np.uint64), classes):
             return None
         group_of = np.full(table.size, -1, dtype=np.int64)
         group_of[rows[rep_index]] = np.arange(len(rep_index))
-        by_group = np.argsort(inverse, kind="stable")
+        by_group = np.argsort(inverse.astype(np.uint16) if len(rep_index) <= 1 << 16 else inverse, kind="stable")
         bounds = np.searchsorted(inverse[by_group], np.arange(len(rep_index) + 1))
         return cls(rows[rep_index], group_of, rows[by_group], bounds)
 
@@ -61,3 +61,22 @@ class TokenClasses:
         counts = self._bounds[groups + 1] - lo
         index = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
         return self._order[index], counts
+
+
+_LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # table -> _layout(table)
+_LAYOUT_LOCK = threading.Lock()
+
+
+def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each non-empty token's first byte in `table.flat`, each byte's offset inside its token, the
+    hash weight of that offset), kept per table: the bytes of the non-empty tokens are `flat`'s
+    first bytes, in row order."""
+    with _LAYOUT_LOCK:
+        found = _LAYOUTS.get(table)
+        if found is None:
+            lens = table.lens[table.all_rows]
+            first = table.starts[table.all_rows]
+            pos = np.arange(int(lens.sum())) - np.repeat(first, lens)
+            weights = np.random.default_rng(0).integers(1, 2**63, size=int(lens.max(initial=1)), dtype=np.uint64)
+            found = _LAYOUTS[table] = (first, pos, weights[pos] | np.uint64(1))
+        return found
