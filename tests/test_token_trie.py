@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sgl_runtime.constrained.compiler import compile_constraint
+from sgl_runtime.constrained.counted import packed_steps
 from sgl_runtime.constrained.grammar import string_walk
 from sgl_runtime.constrained.grammar.compiler import compile_grammar
 from sgl_runtime.constrained.grammar.token_trie import TokenTrie
@@ -134,7 +135,7 @@ def test_loop_tokens_equal_the_walk_of_every_token(seed):
     counted = (rng.random((m, 256)) < 0.7) if seed < 4 else None
     accepting = np.zeros(m, dtype=bool)
     accepting[m - 1] = seed % 2 == 0  # some paths reach an accept: those tokens are walked in full
-    loop = string_walk.LoopTokens(string_walk._steps(trans, counted), counted is not None, accepting, 0, table)
+    loop = string_walk.LoopTokens(packed_steps(trans, counted), counted is not None, accepting, 0, table)
     want_inside, want_rest = _loop_reference(tokens, trans, counted, accepting, 0)
     assert set(loop.rest.tolist()) == want_rest and len(loop.rest) == len(want_rest)
     got_inside = {(final, got): sorted(loop.tokens[lo:hi].tolist()) for final, got, lo, hi in loop.groups}

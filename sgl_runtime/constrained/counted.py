@@ -47,6 +47,7 @@ class CountedDFA:
         self._first: dict = {}
         self._longest: Optional[int] = None
         self._most: Optional[np.ndarray] = None
+        self._steps: Optional[np.ndarray] = None
 
     @property
     def transitions(self) -> np.ndarray:
@@ -95,8 +96,15 @@ class CountedDFA:
             self._first[key] = self._first_level(state, at_least)
         return self._first[key]
 
+    @property
+    def steps(self) -> np.ndarray:
+        """The automaton as one flat int32 table (`packed_steps`), built on first use."""
+        if self._steps is None:
+            self._steps = packed_steps(self.table, self.counted)
+        return self._steps
+
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_first": {}}
+        return {**self.__dict__, "_first": {}, "_steps": None}
 
     def _most_counts(self) -> np.ndarray:
         """int64 [m]: most_to_accept per state, -1 for unbounded (or no accept reachable)."""
@@ -186,6 +194,21 @@ class CountedDFA:
             level = closure_back(before, *free)
 
 
+def packed_steps(trans: np.ndarray, counted: Optional[np.ndarray]) -> np.ndarray:
+    """An automaton's transitions [m, 256] (-1 dead) and counted flags as one flat int32 table, read
+    at `(state << 8) | byte`: 2 * next state, plus 1 where the transition is counted. A dead
+    transition leads to the sink row m, which leads to itself and counts nothing."""
+    m = trans.shape[0]
+    if (m + 1) * 256 * 2 > np.iinfo(np.int32).max:  # far past any state budget
+        raise ConstraintError(f"automaton of {m} states: too large for a packed step table")
+    steps = np.empty((m + 1, 256), dtype=np.int32)
+    steps[:m] = np.where(trans >= 0, trans * 2, 2 * m)
+    if counted is not None:
+        steps[:m] += (counted & (trans >= 0)).astype(np.int32)
+    steps[m] = 2 * m
+    return steps.ravel()
+
+
 def state_pairs(src: np.ndarray, dst: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (src, dst) pairs of byte edges between `m` states (many bytes, one pair:
     closures over the pairs pass over a few percent of the byte edges)."""
@@ -266,20 +289,20 @@ class CountedSlot:
         lo iff its need is at most hi - c. Walked over the token trie, every level whole: a node's
         value is its parent's, raised by its own byte where the automaton is still alive there."""
         d = self.dfa
-        first = np.array([_or(d.first_level(s, 0), 1 << 40) for s in range(d.table.shape[0])], dtype=np.int64)
+        m = d.table.shape[0]
+        first = np.array([_or(d.first_level(s, 0), 1 << 40) for s in range(m)] + [0], dtype=np.int64)
+        steps = d.steps
         node_need = np.empty(trie.n_nodes, dtype=np.int64)
-        st = np.array([state], dtype=np.int64)  # the root's state, count and need, as a level of one node
+        st = np.array([state], dtype=np.int32)  # the root's state, count and need, as a level of one node
         got = np.zeros(1, dtype=np.int64)
         need = first[st]
-        for level, byte in enumerate(trie.byte):
+        for level, byte in enumerate(trie.byte32):
             parent = trie.parent[level] if level else np.zeros(byte.size, dtype=np.int64)
-            st, got, need = st[parent], got[parent], need[parent]
-            on = st >= 0
-            nxt = np.where(on, d.table[np.maximum(st, 0), byte], -1)
-            alive = nxt >= 0
-            got = got + (alive & d.counted[np.maximum(st, 0), byte])
-            need = np.where(alive, np.maximum(need, got + first[np.maximum(nxt, 0)]), need)
-            st = nxt.astype(np.int64)
+            st, got, need = np.take(st, parent), np.take(got, parent), np.take(need, parent)
+            step = np.take(steps, (st << 8) | byte)
+            st = step >> 1
+            got = got + (step & 1)  # a dead path's steps (the sink row) count nothing
+            need = np.where(st < m, np.maximum(need, got + np.take(first, st)), need)
             node_need[trie.level_start[level] : trie.level_start[level] + byte.size] = need
         out = np.zeros(trie.vocab_size, dtype=np.int64)
         out[trie.sorted_rows] = node_need[trie.end_node]

@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from sgl_runtime.constrained.counted import CountedSlot
+from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, packed_steps
 from sgl_runtime.constrained.grammar.lexer import LexerContext
 from sgl_runtime.constrained.grammar.slots import SlotDFA
 from sgl_runtime.constrained.grammar.token_trie import TokenTrie, _ranges, listed_children
@@ -58,7 +58,7 @@ class LoopTokens:
                 kept.move_to_end(key)
                 return found
         if entry[2] is None:  # kept while the automaton lives: its LoopTokens are built one state at a time
-            entry[2] = _steps(tables[0], tables[1])
+            entry[2] = owner.steps if isinstance(owner, CountedDFA) else packed_steps(tables[0], tables[1])
         built = cls(entry[2], tables[1] is not None, tables[2], state, table)
         with cls._lock:
             kept[key] = built
@@ -75,9 +75,9 @@ class LoopTokens:
         return forget
 
     def __init__(self, steps: np.ndarray, counts: bool, accepting: np.ndarray, state: int, table) -> None:
-        """`steps` as `_steps` packs the automaton; `counts`: whether it has counted transitions.
-        A level is stepped over all its nodes while at least a quarter of them are alive (no
-        compaction, its parents read through their links), else over the live ones only."""
+        """`steps`: the automaton as counted.packed_steps packs it; `counts`: whether it has counted
+        transitions. A level is stepped over all its nodes while at least a quarter of them are
+        alive (no compaction, its parents read through their links), else over the live ones only."""
         trie = TokenTrie.of(table)
         dead = accepting.size  # the sink row of `steps`
         ends = np.zeros(dead + 1, dtype=bool)
@@ -160,18 +160,6 @@ class LoopTokens:
             if dfa.live(final, total):  # then so was every (state, count) on the way there
                 out.append((ctx.reading(i, slot.state_at(final, total)), self.tokens[lo:hi]))
         return out
-
-
-def _steps(trans: np.ndarray, counted: Optional[np.ndarray]) -> np.ndarray:
-    """The automaton as one flat int32 table: entry `(q << 8) | byte` holds 2 * next state + 1 if
-    the transition is counted; a dead transition leads to the sink row m, which stays there."""
-    m = trans.shape[0]
-    steps = np.empty((m + 1, 256), dtype=np.int32)
-    steps[:m] = np.where(trans >= 0, trans * 2, 2 * m)
-    if counted is not None:
-        steps[:m] += (counted & (trans >= 0)).astype(np.int32)
-    steps[m] = 2 * m
-    return steps.ravel()
 
 
 def _by_pair(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
