@@ -21,6 +21,7 @@ from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.slots import SlotDFA
 
 CONTINUE, ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD = 0, 1, 2, 3, 4
+FEW_LIVE = 8  # at most this many live bytes: few_live_bytes lists them
 
 
 class LexerContext:
@@ -38,6 +39,7 @@ class LexerContext:
         self.n_classes = len(self._reps)
         self._reps_list = self._reps.tolist()
         self.class_list = self.class_of.tolist()
+        self._class_sizes = np.bincount(self.class_of, minlength=self.n_classes).tolist()
         self._trans = [s.trans if not isinstance(s, SlotDFA) else s.trans.tolist() for s in slots]
         self._label = [s.label if not isinstance(s, SlotDFA) else s.label.tolist() for s in slots]
         self._live = [s.live if not isinstance(s, SlotDFA) else s.live.tolist() for s in slots]
@@ -46,6 +48,7 @@ class LexerContext:
         self.rows: list = []  # per state: (codes, next states, closed types) per class, or None (build_row)
         self.winner_of: list[int] = []  # per state: the winning slot so far (-1: none), as `winner`
         self._possible: dict[int, int] = {}
+        self._few: dict[int, "bytes | None"] = {}  # few_live_bytes per state
         self._counted = any(hasattr(s, "representative") for s in slots)  # counted slots (long strings)
         self._representatives: dict = {}
         self._grow(64)
@@ -131,6 +134,20 @@ class LexerContext:
         """The product state where only `slot` is alive, in state `q`, and nothing has matched
         yet (where a token that reads on inside that slot alone ends)."""
         return self._intern((*([-1] * slot), q, *([-1] * (self.n - slot - 1)), -1, -1, 0, 0))
+
+    def few_live_bytes(self, state: int) -> "bytes | None":
+        """The bytes that do not kill the token from `state`, ascending, where there are at most
+        FEW_LIVE of them (inside a key or a literal: one); None where there are more."""
+        found = self._few.get(state, False)
+        if found is False:
+            codes = (self.rows[state] or self.build_row(state))[0]
+            live = [c for c, code in enumerate(codes) if code != DEAD]
+            if sum(self._class_sizes[c] for c in live) > FEW_LIVE:
+                found = None
+            else:
+                found = bytes(b for b in range(256) if codes[self.class_list[b]] != DEAD)
+            self._few[state] = found
+        return found
 
     def is_fresh(self, state: int) -> bool:
         return state == self.initial

@@ -77,6 +77,7 @@ class TokenTrie:
             more = ~ending
             members, parent = members[more], node[more]
             d += 1
+        self.byte_str = [b.tobytes() for b in self.byte]  # the same as bytes, to find a child's byte in C
         self.byte32 = [b.astype(np.int32) for b in self.byte]  # the same, ready to index a flat [state, byte] table
         n_last = self.lo[-1].size if self.lo else 0
         self.child_n.append(np.zeros(n_last, dtype=np.int64))
@@ -190,6 +191,7 @@ class _SparseOutcomes:
         rows, class_list = ctx.rows, ctx.class_list
         byte, lo, ends = trie.byte[d], trie.lo[d], trie.ends[d]
         deeper = d + 1 < len(trie.byte)
+        child_bytes = trie.byte_str[d + 1] if deeper else b""
         out_nodes, out_st, out_la = [], [], []
         for node, x, a in zip(nodes, st, la):
             row = rows[x] or ctx.build_row(x)  # (events, next states, closed types) per class
@@ -211,9 +213,18 @@ class _SparseOutcomes:
                 k = trie.child_n[d].item(node)
                 if k:
                     child = trie.child_lo[d].item(node)
-                    out_nodes.extend(range(child, child + k))
-                    out_st.extend([y] * k)
-                    out_la.extend([a] * k)
+                    few = ctx.few_live_bytes(y) if k > 1 else None
+                    if few is None:
+                        out_nodes.extend(range(child, child + k))
+                        out_st.extend([y] * k)
+                        out_la.extend([a] * k)
+                        continue
+                    for b in few:  # the children on the few bytes that go on (the others die there)
+                        j = child_bytes.find(b, child, child + k)
+                        if j >= 0:
+                            out_nodes.append(j)
+                            out_st.append(y)
+                            out_la.append(a)
         return out_nodes, out_st, out_la
 
     def append_to(self, inside: list, closes: list) -> None:
