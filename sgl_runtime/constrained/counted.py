@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from sgl_runtime.constrained.byte_dfa import byte_classes
 from sgl_runtime.constrained.errors import ConstraintError
 
 MAX_LEVELS = 100_000  # levels computed before the level sets must have repeated
@@ -241,8 +242,15 @@ class CountedSlot:
         self.trans = _Lookup(self._row)
         self.label = _Lookup(self._label)
         self.live = _Lookup(lambda q: any(t >= 0 for t in self._row(q)))
-        self.columns = np.concatenate([dfa.table, dfa.counted.astype(np.int32)])  # bytes alike in both
+        self._classes: Optional[np.ndarray] = None
         self._accepts_last = not (dfa.table[dfa.accepting] >= 0).any()  # accepting states end the slot
+
+    def byte_class_of(self) -> np.ndarray:
+        """Per byte, its class among the bytes this slot tells apart (alike in both the table and
+        the counted flags)."""
+        if self._classes is None:
+            self._classes = byte_classes(np.concatenate([self.dfa.table, self.dfa.counted.astype(np.int32)]))[1]
+        return self._classes
 
     def representative(self, q: int, horizon: int) -> int:
         """A state that every path of at most `horizon` bytes from `q` follows alike (same events,

@@ -104,6 +104,7 @@ class GrammarEngine:
         self._lexers = parser.parser.lexer.lexers  # parser state -> lark BasicLexer
         self._contexts: dict[int, LexerContext] = {}
         self._dfa_cache: dict = dict(terminal_dfas or {})
+        self._slots: dict = {}  # (terminal, unless names, ignored) -> its slot, built once
         self._given = frozenset(terminal_dfas or ())  # terminals whose lark pattern is a placeholder
         self.has_counted = any(isinstance(d, CountedDFA) for d in self._dfa_cache.values())  # long strings
         self._allowed: dict = {}
@@ -374,18 +375,14 @@ class GrammarEngine:
             if callback is not None and not isinstance(callback, UnlessCallback):
                 raise ConstraintError(f"unsupported lark lexer callback on {terminal.name}")
             unless = list(callback.scanner.terminals) if callback is not None else []
+            ignored = terminal.name in basic.ignore_types
             slot_types.append(self.type_index[terminal.name])
-            slots.append(
-                build_slot(
-                    terminal,
-                    unless,
-                    terminal.name in basic.ignore_types,
-                    self.type_index,
-                    self.poison,
-                    self.max_ignore_bytes,
-                    self._dfa_cache,
+            key = (terminal.name, tuple(t.name for t in unless), ignored)  # one slot shared by every context
+            if key not in self._slots:
+                self._slots[key] = build_slot(
+                    terminal, unless, ignored, self.type_index, self.poison, self.max_ignore_bytes, self._dfa_cache
                 )
-            )
+            slots.append(self._slots[key])
         ctx = LexerContext(slots)
         ctx.slot_types = slot_types
         return ctx

@@ -40,9 +40,8 @@ class LexerContext:
         self._reps_list = self._reps.tolist()
         self.class_list = self.class_of.tolist()
         self._class_sizes = np.bincount(self.class_of, minlength=self.n_classes).tolist()
-        self._trans = [s.trans if not isinstance(s, SlotDFA) else s.trans.tolist() for s in slots]
-        self._label = [s.label if not isinstance(s, SlotDFA) else s.label.tolist() for s in slots]
-        self._live = [s.live if not isinstance(s, SlotDFA) else s.live.tolist() for s in slots]
+        lists = [s.as_lists() if isinstance(s, SlotDFA) else (s.trans, s.label, s.live) for s in slots]
+        self._trans, self._label, self._live = (list(x) for x in zip(*lists)) if lists else ([], [], [])
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         self.rows: list = []  # per state: (codes, next states, closed types) per class, or None (build_row)
@@ -322,4 +321,4 @@ def _byte_classes(slots: list) -> tuple[np.ndarray, np.ndarray]:
     and each byte's class."""
     if not slots:
         return np.zeros(1, dtype=np.int64), np.zeros(256, dtype=np.int64)
-    return byte_classes(np.concatenate([s.columns for s in slots], axis=0))
+    return byte_classes(np.stack([s.byte_class_of() for s in slots]))  # bytes alike in every slot

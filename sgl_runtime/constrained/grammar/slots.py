@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 import numpy as np
 
-from sgl_runtime.constrained.byte_dfa import ByteDFA
+from sgl_runtime.constrained.byte_dfa import ByteDFA, byte_classes
 from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back, state_pairs
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.unicode import folded_literal, unicode_classes
@@ -38,11 +38,20 @@ class SlotDFA:
     live: np.ndarray  # bool [m], whether any byte leads on
     initial: int
     _reach: Optional[list] = field(default=None, repr=False, compare=False)
+    _lists: Optional[tuple] = field(default=None, repr=False, compare=False)
+    _classes: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
 
-    @property
-    def columns(self) -> np.ndarray:
-        """The table whose equal columns make bytes alike (the lexer's byte classes)."""
-        return self.trans
+    def byte_class_of(self) -> np.ndarray:
+        """Per byte, its class among the bytes this slot tells apart (equal columns of `trans`)."""
+        if self._classes is None:
+            self._classes = byte_classes(self.trans)[1]
+        return self._classes
+
+    def as_lists(self) -> tuple[list, list, list]:
+        """(trans, label, live) as Python lists, for the lexer's row building."""
+        if self._lists is None:
+            self._lists = (self.trans.tolist(), self.label.tolist(), self.live.tolist())
+        return self._lists
 
     def reach_bits(self, q: int) -> int:
         """Bitset of the labels reachable from state `q` (every state reaches one)."""
