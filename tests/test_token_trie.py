@@ -167,3 +167,16 @@ def test_token_classes_group_tokens_by_their_class_sequence():
         got[seq[rep]] = set(members[at : at + n].tolist())
         at += n
     assert got == want
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 64, 65, 300, 5000])
+def test_split_by_key_groups_positions_in_key_order(n):
+    """split_by_key, by a dict for few outcomes and by a stable sort for many: each distinct key
+    once, in ascending order, with its positions ascending."""
+    from sgl_runtime.constrained.grammar.token_trie import split_by_key
+
+    keys = np.random.default_rng(n).integers(-3, 40 if n < 300 else 70_000, n)
+    got = [(k, part.tolist()) for k, part in split_by_key(keys)]
+    want = [(k, np.flatnonzero(keys == k).tolist()) for k in sorted(set(keys.tolist()))]
+    assert got == want
+    assert all(isinstance(k, int) for k, _ in got)

@@ -93,6 +93,7 @@ SPARSE_NODES = 64
 # a level with at least this many live nodes notes their states per node rather than listing the
 # tokens that end there (one gather over every token at the end replaces a range expansion per level)
 WIDE_LEVEL = 4096
+FEW_KEYS = 64  # split_by_key groups up to this many outcomes by a dict
 
 
 def walk_trie(trie: TokenTrie, ctx: LexerContext, x0: int, tail_len: int, live: np.ndarray) -> tuple:
@@ -243,3 +244,24 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple:
         return np.zeros(0, dtype=np.int64), counts
     starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
     return starts + np.arange(total), counts
+
+
+def split_by_key(keys: np.ndarray):
+    """(key, positions) for each distinct key in key order, positions ascending: by a dict for a
+    few outcomes (numpy's per-call cost dominates there), else by one stable sort (a radix sort
+    where the keys fit 16 bits: lexer states and token types nearly always do)."""
+    if keys.size <= FEW_KEYS:
+        found: dict = {}
+        for i, k in enumerate(keys.tolist()):
+            found.setdefault(k, []).append(i)
+        for k in sorted(found):
+            yield k, np.array(found[k], dtype=np.int64)
+        return
+    if keys.size > 256 and 0 <= keys.min() and keys.max() <= np.iinfo(np.uint16).max:
+        order = np.argsort(keys.astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    for part in np.split(order, cuts):
+        yield int(keys[part[0]]), part

@@ -23,7 +23,7 @@ from sgl_runtime.constrained.grammar import string_walk
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.token_classes import TokenClasses
-from sgl_runtime.constrained.grammar.token_trie import TokenTrie, walk_trie
+from sgl_runtime.constrained.grammar.token_trie import TokenTrie, split_by_key, walk_trie
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
 MAX_GROUPED_CLASSES = 32  # contexts with more byte classes walk every token
@@ -146,21 +146,8 @@ def _grouped(inside: list, closes: list, ctx: LexerContext, rows, offs, table: T
     return run
 
 
-def _split(keys: np.ndarray):
-    """(key, positions) for each distinct key, by one stable sort (a radix sort where the keys
-    fit 16 bits: lexer states and token types nearly always do)."""
-    if keys.size > 256 and 0 <= keys.min() and keys.max() <= np.iinfo(np.uint16).max:
-        order = np.argsort(keys.astype(np.uint16), kind="stable")
-    else:
-        order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
-    for part in np.split(order, cuts):
-        yield int(keys[part[0]]), part
-
-
 def _group_inside(run: Run, ctx: LexerContext, idx, final, la, rows, offs, table: TokenTable) -> None:
-    for s, part in _split(final):
+    for s, part in split_by_key(final):
         sel = idx[part]
         g = Group(("in", s), rows[sel].astype(np.int32), None)
         if ctx.winner[s] >= 0 and not ctx.at_accept[s]:
@@ -172,7 +159,7 @@ def _group_inside(run: Run, ctx: LexerContext, idx, final, la, rows, offs, table
 
 def _group_closes(run: Run, idx, types, ends, rows, offs, table: TokenTable) -> None:
     in_tail = ends < 0
-    for k, part in _split(types.astype(np.int64) * 2 + in_tail):
+    for k, part in split_by_key(types.astype(np.int64) * 2 + in_tail):
         t, tail_flag = k // 2, bool(k % 2)
         sel = idx[part]
         new_rows = rows[sel].astype(np.int64)
