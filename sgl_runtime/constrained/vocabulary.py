@@ -62,6 +62,7 @@ class Vocabulary:
         self.eos_token_ids = tuple(sorted({int(i) for i in eos_token_ids if 0 <= int(i) < self.size}))
         self.tokenizer = tokenizer
         self.kind = kind
+        self._holding: dict[bytes, np.ndarray] = {}  # holding(data), per data
 
     # ---- public -------------------------------------------------------------------------
 
@@ -166,10 +167,6 @@ class Vocabulary:
     @cached_property
     def _max_token_len(self) -> int:
         return max((len(b) for b in self._byte_table[0]), default=0)
-
-    @cached_property
-    def _holding(self) -> dict[bytes, np.ndarray]:
-        return {}
 
     @cached_property
     def _sorted_bytes(self) -> list[bytes]:

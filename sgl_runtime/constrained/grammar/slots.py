@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import ByteDFA, byte_classes
-from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back, state_pairs
+from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, closure_back, packed_steps, state_pairs
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.unicode import folded_literal, unicode_classes
 
@@ -40,6 +40,14 @@ class SlotDFA:
     _reach: Optional[list] = field(default=None, repr=False, compare=False)
     _lists: Optional[tuple] = field(default=None, repr=False, compare=False)
     _classes: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    _steps: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """The automaton as one flat int32 table (counted.packed_steps), built on first use."""
+        if self._steps is None:
+            self._steps = packed_steps(self.trans, None)
+        return self._steps
 
     def byte_class_of(self) -> np.ndarray:
         """Per byte, its class among the bytes this slot tells apart (equal columns of `trans`)."""

@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from sgl_runtime.constrained.counted import CountedDFA, CountedSlot, packed_steps
+from sgl_runtime.constrained.counted import CountedSlot
 from sgl_runtime.constrained.grammar.lexer import LexerContext
 from sgl_runtime.constrained.grammar.slots import SlotDFA
 from sgl_runtime.constrained.grammar.token_trie import TokenTrie, _ranges, listed_children
@@ -36,30 +36,29 @@ class LoopTokens:
     """The vocabulary's paths from one state of a slot's automaton (see the module)."""
 
     _shared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # table -> OrderedDict
-    _automata: dict = {}  # id(automaton's owner) -> [weakref to it, digest of its tables, steps or None]
+    _digests: dict = {}  # id(automaton's owner) -> (weakref to it, digest of its tables)
     _lock = threading.Lock()
 
     @classmethod
     def of(cls, owner, tables: tuple, state: int, table) -> "LoopTokens":
         """The paths from `state` of the automaton `tables` (transitions [m, 256], counted [m, 256]
         or None, accepting [m]) that `owner` holds, built once per automaton by content (the count
-        bounds play no part: strings of one character set share them); LOOPS_KEPT are kept."""
+        bounds play no part: strings of one character set share them); LOOPS_KEPT are kept. The
+        owner (a SlotDFA or a CountedDFA) keeps the automaton's packed `steps`."""
         with cls._lock:
-            entry = cls._automata.get(id(owner))
-            if entry is None or entry[0]() is not owner:
+            digest = cls._digests.get(id(owner))
+            if digest is None or digest[0]() is not owner:
                 h = hashlib.blake2b(digest_size=16)
                 for part in tables:
                     h.update(b"-" if part is None else np.ascontiguousarray(part).tobytes())
-                entry = cls._automata[id(owner)] = [weakref.ref(owner, cls._forget(id(owner))), h.digest(), None]
-            key = (entry[1], state)
+                digest = cls._digests[id(owner)] = (weakref.ref(owner, cls._forget(id(owner))), h.digest())
+            key = (digest[1], state)
             kept = cls._shared.setdefault(table, OrderedDict())
             found = kept.get(key)
             if found is not None:
                 kept.move_to_end(key)
                 return found
-        if entry[2] is None:  # kept while the automaton lives: its LoopTokens are built one state at a time
-            entry[2] = owner.steps if isinstance(owner, CountedDFA) else packed_steps(tables[0], tables[1])
-        built = cls(entry[2], tables[1] is not None, tables[2], state, table)
+        built = cls(owner.steps, tables[1] is not None, tables[2], state, table)
         with cls._lock:
             kept[key] = built
             if len(kept) > LOOPS_KEPT:
@@ -70,7 +69,7 @@ class LoopTokens:
     def _forget(cls, key: int):
         def forget(_ref) -> None:
             with cls._lock:
-                cls._automata.pop(key, None)
+                cls._digests.pop(key, None)
 
         return forget
 
