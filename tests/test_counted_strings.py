@@ -396,7 +396,7 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
     count far from it less the tokens too long for what is left (LexerContext.cut), and one token
     per byte-class sequence (token_classes.py)."""
     from sgl_runtime.constrained.compiler import compile_constraint
-    from sgl_runtime.constrained.grammar import lexer, walk
+    from sgl_runtime.constrained.grammar import lexer, token_classes, walk
     from sgl_runtime.constrained.grammar.token_classes import TokenClasses
     from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
 
@@ -432,6 +432,7 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
         return out, constraint
 
     monkeypatch.setattr(walk, "GROUP_AFTER_RUNS", 0)  # group every context's tokens at once
+    monkeypatch.setattr(token_classes, "IN_BACKGROUND", False)  # ... on this thread, used from the next walk on
     shared, constraint = masks()
     assert any(isinstance(c, TokenClasses) for c in constraint.masks._classes.values())
     assert constraint.masks._needs  # some masks near maxLength were cut from the mask far from it

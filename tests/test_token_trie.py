@@ -169,6 +169,52 @@ def test_token_classes_group_tokens_by_their_class_sequence():
     assert got == want
 
 
+def test_token_classes_build_in_the_background_and_masks_do_not_wait(tok, monkeypatch):
+    """A context's grouping is built on the background thread while its walks go on without it:
+    the masks along a text equal those with no grouping at all, the build is handed over once,
+    and the walks after it is done use it."""
+    from sgl_runtime.constrained.grammar import token_classes
+    from sgl_runtime.constrained.grammar import walk as walk_module
+
+    started, release = [], __import__("threading").Event()
+    build = token_classes.TokenClasses.build.__func__
+
+    def slow_build(cls, table, class_of):
+        started.append(class_of)
+        release.wait(30)  # held until the walks below have run without it
+        return build(cls, table, class_of)
+
+    text = json.dumps({"note": "caf\u00e9 mots " * 12, "extra": {"k": "v w x y z"}}, ensure_ascii=False)
+    ids = tok.encode(text.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
+
+    def masks(constraint):
+        matcher, out = constraint.matcher(), []
+        for token in ids:
+            out.append(matcher.bitmask().copy())
+            matcher.advance(token)
+        return out
+
+    monkeypatch.setattr(walk_module, "GROUP_AFTER_RUNS", 1)
+    monkeypatch.setattr(token_classes.TokenClasses, "build", classmethod(slow_build))
+    grouped = compile_constraint("json_schema", SCHEMA, tok)
+    while_building = masks(grouped)
+    assert started  # a build was handed over ...
+    pending = [f for f in grouped.masks._classes.values() if hasattr(f, "done")]
+    assert pending and not any(f.done() for f in pending)  # ... and no mask waited for it
+    release.set()
+    for f in pending:
+        f.result(timeout=60)
+    for cache in (grouped._cache, grouped.masks._runs, grouped.masks._masks):
+        cache.clear()  # walk again, now through the groupings
+    after = masks(grouped)
+    assert any(isinstance(c, token_classes.TokenClasses) for c in grouped.masks._classes.values())
+    monkeypatch.setattr(walk_module, "MAX_GROUPED_CLASSES", 0)
+    plain = masks(compile_constraint("json_schema", SCHEMA, tok))
+    assert len(plain) == len(while_building) == len(after) > 30
+    for i, (a, b, c) in enumerate(zip(plain, while_building, after)):
+        assert np.array_equal(a, b) and np.array_equal(a, c), (i, tok.decode(ids[:i]))
+
+
 @pytest.mark.parametrize("n", [0, 1, 5, 64, 65, 300, 5000])
 def test_split_by_key_groups_positions_in_key_order(n):
     """split_by_key, by a dict for few outcomes and by a stable sort for many: each distinct key

@@ -6,17 +6,24 @@ string, "hello" and "world" are the same walk. `TokenClasses.build(table, class_
 vocabulary's tokens by class sequence (a 64-bit positional hash, then checked byte by byte, so
 a collision only turns the grouping off), and the mask walk of a context pushes one token per
 group, then gives each group's outcome to all its tokens.
+
+A grouping only makes walks cheaper (a walk without one has the same outcome), so it is built
+on a background thread (`build_later`) and no mask waits for it: a build costs a few full walks
+(tens of milliseconds), which on the decode path would leave the GPU idle at small batches.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
 
 MAX_GROUP_RATIO = 0.5  # group only where it at least halves the walk
+IN_BACKGROUND = True  # build_later on a background thread (False: at once, on the caller's)
 
 
 class TokenClasses:
@@ -80,3 +87,36 @@ def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             weights = np.random.default_rng(0).integers(1, 2**63, size=int(lens.max(initial=1)), dtype=np.uint64)
             found = _LAYOUTS[table] = (first, pos, weights[pos] | np.uint64(1))
         return found
+
+
+_BUILDER: Optional[ThreadPoolExecutor] = None
+
+
+def build_later(table, class_of: np.ndarray) -> Future:
+    """`TokenClasses.build(table, class_of)` as a future, computed on one background thread
+    shared by every constraint (its numpy work runs mostly outside the GIL); a build that fails
+    gives None, as one that would not pay off does."""
+    global _BUILDER
+    if not IN_BACKGROUND:
+        done: Future = Future()
+        done.set_result(_build_or_none(table, class_of))
+        return done
+    with _LAYOUT_LOCK:
+        if _BUILDER is None:
+            _BUILDER = ThreadPoolExecutor(1, thread_name_prefix="token-classes")
+        return _BUILDER.submit(_build_or_none, table, class_of)
+
+
+def _build_or_none(table, class_of: np.ndarray) -> Optional[TokenClasses]:
+    try:
+        return TokenClasses.build(table, class_of)
+    except Exception:  # noqa: BLE001 - walks go on through the trie without a grouping
+        return None
+
+
+def _forget_builder() -> None:
+    global _BUILDER
+    _BUILDER = None  # a forked child has no builder thread: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_builder)

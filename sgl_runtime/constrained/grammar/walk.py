@@ -14,6 +14,7 @@ import hashlib
 import threading
 import weakref
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -22,7 +23,7 @@ import numpy as np
 from sgl_runtime.constrained.grammar import string_walk
 from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_HERE, DEAD, LexerContext
-from sgl_runtime.constrained.grammar.token_classes import TokenClasses
+from sgl_runtime.constrained.grammar.token_classes import TokenClasses, build_later
 from sgl_runtime.constrained.grammar.token_trie import TokenTrie, split_by_key, walk_trie
 
 PACK_THRESHOLD = 2048  # groups at least this large keep a packed bitmask
@@ -210,7 +211,7 @@ class MaskBuilder:
         self._max_runs = max_runs
         self._masks: OrderedDict = OrderedDict()
         self._horizon = int(table.lens.max(initial=0))  # the most bytes one row pushes
-        self._classes: dict = {}  # id(context) -> TokenClasses, None, or the number of full runs so far
+        self._classes: dict = {}  # id(context) -> TokenClasses, None, its build's Future, or its full runs so far
         self._needs: OrderedDict = OrderedDict()  # (id(slot), automaton state) -> uint16 [vocab] (CountedSlot.needs)
 
     def canonical(self, state: GrammarState) -> GrammarState:
@@ -360,19 +361,22 @@ class MaskBuilder:
         return run
 
     def _token_classes(self, ctx: LexerContext) -> Optional[TokenClasses]:
-        """The context's token grouping, built on its GROUP_AFTER_RUNS + 1st full run from a new
-        state (a string's positions; None: not worth it)."""
+        """The context's token grouping, started on its GROUP_AFTER_RUNS + 1st full run from a new
+        state (a string's positions) and used once built (None: not yet, or not worth it)."""
         found = self._classes.get(id(ctx), 0)
-        if not isinstance(found, int):
-            return found
-        if ctx.n_classes > MAX_GROUPED_CLASSES:
-            self._classes[id(ctx)] = None
-            return None
-        if found < GROUP_AFTER_RUNS:
-            self._classes[id(ctx)] = found + 1
-            return None
-        built = self._classes[id(ctx)] = TokenClasses.build(self.table, ctx.class_of)
-        return built
+        if isinstance(found, int):
+            if ctx.n_classes > MAX_GROUPED_CLASSES:
+                self._classes[id(ctx)] = None
+                return None
+            if found < GROUP_AFTER_RUNS:
+                self._classes[id(ctx)] = found + 1
+                return None
+            found = self._classes[id(ctx)] = build_later(self.table, ctx.class_of)
+        if isinstance(found, Future):
+            if not found.done():
+                return None
+            found = self._classes[id(ctx)] = found.result()
+        return found
 
     def _pending_rows(self, state: GrammarState, s: int, g: Group) -> np.ndarray:
         """Rows ending after the winner's last accept: decide each by closing there (rare)."""
