@@ -41,7 +41,7 @@ class TokenClasses:
         (None when it would not halve the tokens, or a hash collision shows)."""
         rows = table.all_rows
         lens = table.lens[rows]
-        first, pos, weighted = _layout(table)
+        first, pos, weighted, owner = _layout(table)
         classes = class_of[table.flat[: pos.size]].astype(np.uint64)  # the tokens' bytes, in row order
         hashes = np.add.reduceat((classes + np.uint64(1)) * weighted, first)
         keys = hashes ^ (lens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
@@ -52,7 +52,7 @@ class TokenClasses:
         rep_of = rep_index[inverse]  # [tokens] the index (into rows) of each token's representative
         if not np.array_equal(lens[rep_of], lens):
             return None
-        rep_bytes = np.repeat(first[rep_of], lens) + pos
+        rep_bytes = first[rep_of][owner] + pos  # (a gather: np.repeat would hold the GIL)
         if not np.array_equal(class_of[table.flat[rep_bytes]].astype(np.uint64), classes):
             return None
         group_of = np.full(table.size, -1, dtype=np.int64)
@@ -74,10 +74,10 @@ _LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # table -> 
 _LAYOUT_LOCK = threading.Lock()
 
 
-def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(each non-empty token's first byte in `table.flat`, each byte's offset inside its token, the
-    hash weight of that offset), kept per table: the bytes of the non-empty tokens are `flat`'s
-    first bytes, in row order."""
+    hash weight of that offset, each byte's token as an index into `table.all_rows`), kept per
+    table: the bytes of the non-empty tokens are `flat`'s first bytes, in row order."""
     with _LAYOUT_LOCK:
         found = _LAYOUTS.get(table)
         if found is None:
@@ -85,7 +85,8 @@ def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             first = table.starts[table.all_rows]
             pos = np.arange(int(lens.sum())) - np.repeat(first, lens)
             weights = np.random.default_rng(0).integers(1, 2**63, size=int(lens.max(initial=1)), dtype=np.uint64)
-            found = _LAYOUTS[table] = (first, pos, weights[pos] | np.uint64(1))
+            owner = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
+            found = _LAYOUTS[table] = (first, pos, weights[pos] | np.uint64(1), owner)
         return found
 
 
