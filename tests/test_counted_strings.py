@@ -330,6 +330,50 @@ def test_long_strings_become_counted_terminals_with_the_flat_automatons_masks():
     assert compared >= 300 and finished >= 3
 
 
+def test_short_bounded_strings_are_counted_with_the_masks_of_flat_ones(monkeypatch):
+    """Strings bounded past COUNTED_ABOVE (8) characters are counted terminals in the grammar form,
+    so their positions share masks; along random walks through the Qwen2.5 vocabulary (tokens that
+    end inside a character included) the masks equal those of the flat strings they replace."""
+    from sgl_runtime.constrained.compiler import compile_constraint
+    from sgl_runtime.constrained.json_schema import long_strings
+    from sgl_runtime.model_loader.demo_tokenizer import load_qwen2_tokenizer
+
+    tok = load_qwen2_tokenizer()
+    schema = {  # no additionalProperties: false, so the grammar form
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 16},
+            "code": {"type": "string", "minLength": 9, "maxLength": 12, "pattern": "^[a-z\u00e9 ]*$"},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 2},
+        },
+        "required": ["name", "code", "tags"],
+    }
+    assert sum(isinstance(t, CountedDFA) for t in schema_to_grammar(schema).terminals.values()) == 3
+    counted = compile_constraint("json_schema", schema, tok)
+    monkeypatch.setattr(long_strings, "COUNTED_ABOVE", 32)
+    assert not any(isinstance(t, CountedDFA) for t in schema_to_grammar(schema).terminals.values())
+    flat = compile_constraint("json_schema", schema, tok)
+    starts = ['{"name":"', '{"name":"ab","code":"', '{"name":"","code":"abc d\u00e9fgh","tags":["']
+    rng, compared = random.Random(5), 0
+    for walk in range(8):
+        mc, mf = counted.matcher(), flat.matcher()
+        for token in tok.encode(starts[walk % 3], add_special_tokens=False):
+            mc.advance(token)
+            mf.advance(token)
+        for _ in range(16):
+            bits_c, bits_f = mask_bits(mc.bitmask(), tok.vocab_size), mask_bits(mf.bitmask(), tok.vocab_size)
+            assert np.array_equal(bits_c, bits_f), (walk, np.flatnonzero(bits_c != bits_f)[:5])
+            compared += 1
+            choices = np.flatnonzero(bits_f[: tok.vocab_size]).tolist()
+            if not choices or mf.is_accepting():
+                break
+            short = [c for c in choices if len(tok.decode([c])) <= 2]  # reach the bounds, not only the end
+            token = rng.choice(short if short and rng.random() < 0.7 else choices)
+            mc.advance(token)
+            mf.advance(token)
+    assert compared >= 80
+
+
 def test_long_strings_in_the_grammar_form_agree_with_jsonschema():
     schema = {
         "type": "array",

@@ -8,7 +8,9 @@ character, its escapes, its UTF-8 bytes) and takes seconds to build; most real-w
 included, every escape spelled), whose character-completing transitions count, with minLength
 and maxLength as count bounds. A pattern that is only a counted class, `^.{0,2048}$`, is such a
 bound too, and so is a string whose pattern alone makes a large automaton (there a flat string
-would leave out the rare control-character escapes). The lexer builds the (state, count) states
+would leave out the rare control-character escapes). Short bounds count too (past COUNTED_ABOVE
+characters): a flat `maxLength: 16` is cheap to build but has a state per position, and each
+position's first mask walks the vocabulary. The lexer builds the (state, count) states
 as generation reaches them. Scalars of other types beside the string (`"type": ["string",
 "null"]`) stay a flat leaf, an alternative that the string's opening quote keeps apart.
 """
@@ -32,7 +34,9 @@ from sgl_runtime.constrained.json_schema.shapes import (
 from sgl_runtime.constrained.json_schema.strings import FULL_ESCAPES_UP_TO, counted_string, pattern_content
 from sgl_runtime.constrained.json_schema.values import EXACT, count_keyword
 
-COUNTED_ABOVE = 32  # a length bound past this many characters makes a counted terminal
+# a length bound past this many characters makes a counted terminal: its masks are shared by the counts
+# that no token tells apart, where a flat string has a state per position, each a walk of the vocabulary
+COUNTED_ABOVE = 8
 NOT_COUNTED = object()
 _PLAIN = frozenset(("type", "allOf", *STRING_KEYWORDS, *NUMBER_KEYWORDS))
 _CONTAINER = frozenset(
@@ -75,9 +79,9 @@ def _counted(b, plain: dict, lo: int, hi, pattern):
     return plain, strings, ("counted", lo, hi, pattern, content)
 
 
-def has_long_strings(schema, above: int = COUNTED_ABOVE) -> bool:
-    """Whether a length bound past `above` (a keyword or a counted pattern) appears anywhere in
-    the schema document."""
+def has_long_strings(schema, above: "int | None" = None) -> bool:
+    """Whether a length bound past `above` (default COUNTED_ABOVE; a keyword or a counted pattern)
+    appears anywhere in the schema document."""
     todo = [schema]
     while todo:
         node = todo.pop()
@@ -137,9 +141,10 @@ def _large_pattern(plain: dict):
     return (lo, hi, plain["pattern"]) if large else None
 
 
-def _bounds(schema: dict, above: int = COUNTED_ABOVE):
+def _bounds(schema: dict, above: "int | None" = None):
     """(lo, hi, pattern) of a string schema whose length bounds (minLength, maxLength, a pattern
-    `^X{m,n}$`, rewritten `^X*$`) pass `above`; None otherwise."""
+    `^X{m,n}$`, rewritten `^X*$`) pass `above` (default COUNTED_ABOVE); None otherwise."""
+    above = COUNTED_ABOVE if above is None else above
     pattern = schema.get("pattern")
     if pattern is not None and not isinstance(pattern, str):
         return None
