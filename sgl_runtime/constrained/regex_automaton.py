@@ -238,6 +238,7 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
 
     track0 = tuple(0 for _ in prefixes)
     first = (track0, closure(track0, {(start, frozenset())}))
+    closed: dict = {}  # (track, configurations) -> (track, their closure)
     index, states, table, finals = {first: 0}, [first], [], set()
     for track, configs in states:
         if accepting(configs):
@@ -257,7 +258,10 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
                     nxt.add((t, advanced))
             if not nxt:
                 continue
-            key = (nxt_track, closure(nxt_track, nxt))
+            found = (nxt_track, frozenset(nxt))
+            key = closed.get(found)
+            if key is None:  # the same configurations recur from many states and classes: close them once
+                key = closed[found] = (nxt_track, closure(nxt_track, nxt))
             j = index.get(key)
             if j is None:
                 j = index[key] = len(states)
