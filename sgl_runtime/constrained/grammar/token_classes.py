@@ -91,6 +91,7 @@ def _layout(table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 _BUILDER: Optional[ThreadPoolExecutor] = None
+_BUILDER_LOCK = threading.Lock()  # not _LAYOUT_LOCK, which a build holds while it lays out a new table
 
 
 def build_later(table, class_of: np.ndarray) -> Future:
@@ -102,7 +103,7 @@ def build_later(table, class_of: np.ndarray) -> Future:
         done: Future = Future()
         done.set_result(_build_or_none(table, class_of))
         return done
-    with _LAYOUT_LOCK:
+    with _BUILDER_LOCK:
         if _BUILDER is None:
             _BUILDER = ThreadPoolExecutor(1, thread_name_prefix="token-classes")
         return _BUILDER.submit(_build_or_none, table, class_of)
