@@ -6,6 +6,8 @@ from every lexer state reached along Qwen2.5 tokenizations of grammar and JSON-S
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -176,7 +178,7 @@ def test_token_classes_build_in_the_background_and_masks_do_not_wait(tok, monkey
     from sgl_runtime.constrained.grammar import token_classes
     from sgl_runtime.constrained.grammar import walk as walk_module
 
-    started, release = [], __import__("threading").Event()
+    started, release = [], threading.Event()
     build = token_classes.TokenClasses.build.__func__
 
     def slow_build(cls, table, class_of):
@@ -197,11 +199,13 @@ def test_token_classes_build_in_the_background_and_masks_do_not_wait(tok, monkey
     monkeypatch.setattr(walk_module, "GROUP_AFTER_RUNS", 1)
     monkeypatch.setattr(token_classes.TokenClasses, "build", classmethod(slow_build))
     grouped = compile_constraint("json_schema", SCHEMA, tok)
-    while_building = masks(grouped)
-    assert started  # a build was handed over ...
-    pending = [f for f in grouped.masks._classes.values() if hasattr(f, "done")]
-    assert pending and not any(f.done() for f in pending)  # ... and no mask waited for it
-    release.set()
+    try:
+        while_building = masks(grouped)
+        assert started  # a build was handed over ...
+        pending = [f for f in grouped.masks._classes.values() if isinstance(f, Future)]
+        assert pending and not any(f.done() for f in pending)  # ... and no mask waited for it
+    finally:
+        release.set()  # the builder thread is shared by the whole process
     for f in pending:
         f.result(timeout=60)
     for cache in (grouped._cache, grouped.masks._runs, grouped.masks._masks):
