@@ -40,6 +40,7 @@ class LexerContext:
         self._reps_list = self._reps.tolist()
         self.class_list = self.class_of.tolist()
         self._class_sizes = np.bincount(self.class_of, minlength=self.n_classes).tolist()
+        self._class_bytes = [bytes(np.flatnonzero(self.class_of == c).tolist()) for c in range(self.n_classes)]
         lists = [s.as_lists() if isinstance(s, SlotDFA) else (s.trans, s.label, s.live) for s in slots]
         self._trans, self._label, self._live = (list(x) for x in zip(*lists)) if lists else ([], [], [])
         self._index: dict[tuple, int] = {}
@@ -144,7 +145,7 @@ class LexerContext:
             if sum(self._class_sizes[c] for c in live) > FEW_LIVE:
                 found = None
             else:
-                found = bytes(b for b in range(256) if codes[self.class_list[b]] != DEAD)
+                found = bytes(sorted(b"".join(self._class_bytes[c] for c in live)))
             self._few[state] = found
         return found
 
