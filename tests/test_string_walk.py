@@ -113,3 +113,40 @@ def test_masks_are_the_same_without_the_table(tok, name, monkeypatch):
             matcher.advance(token)
         masks.append(np.stack(out))
     assert np.array_equal(masks[0], masks[1])
+
+
+def test_an_automaton_collected_while_its_walks_are_looked_up_does_not_deadlock():
+    """LoopTokens forgets a collected automaton from a weakref callback, which may run on the thread
+    that holds LoopTokens' lock (a collection started by an allocation inside `of`): the callback
+    must not take that lock, or the thread waits for itself forever. `of` drops the entry later."""
+    import threading
+    import weakref
+
+    from sgl_runtime.constrained.grammar.slots import SlotDFA
+
+    def slot() -> SlotDFA:
+        trans = np.full((2, 256), -1, dtype=np.int32)
+        trans[0, ord("a")] = trans[1, ord("a")] = 1
+        return SlotDFA(trans, np.array([-1, 0], dtype=np.int32), np.array([True, True]), 0)
+
+    table = TokenTable([b"a", b"aa", b"b"])
+    gone = slot()
+    string_walk.LoopTokens.of(gone, (gone.trans, None, gone.label >= 0), 0, table)
+    key = id(gone)
+    assert key in string_walk.LoopTokens._digests
+    ref = weakref.ref(gone)
+
+    def collect_under_the_lock() -> None:
+        nonlocal gone
+        with string_walk.LoopTokens._lock:
+            gone = None  # the callback runs here, on this thread, the lock held
+
+    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "the weakref callback waited for the lock its own thread holds"
+    assert ref() is None
+    other = slot()
+    loop = string_walk.LoopTokens.of(other, (other.trans, None, other.label >= 0), 0, table)
+    assert sorted(loop.rest.tolist()) == [0, 1] and not loop.tokens.size  # "a", "aa" reach the accept; "b" dies
+    assert key not in string_walk.LoopTokens._digests or string_walk.LoopTokens._digests[key][0]() is other

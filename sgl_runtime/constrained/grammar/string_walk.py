@@ -37,6 +37,7 @@ class LoopTokens:
 
     _shared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # table -> OrderedDict
     _digests: dict = {}  # id(automaton's owner) -> (weakref to it, digest of its tables)
+    _gone: list = []  # ids of owners collected since `of` last ran (their entries not dropped yet)
     _lock = threading.Lock()
 
     @classmethod
@@ -46,6 +47,8 @@ class LoopTokens:
         bounds play no part: strings of one character set share them); LOOPS_KEPT are kept. The
         owner (a SlotDFA or a CountedDFA) keeps the automaton's packed `steps`."""
         with cls._lock:
+            while cls._gone:
+                cls._digests.pop(cls._gone.pop(), None)
             digest = cls._digests.get(id(owner))
             if digest is None or digest[0]() is not owner:
                 h = hashlib.blake2b(digest_size=16)
@@ -67,11 +70,10 @@ class LoopTokens:
 
     @classmethod
     def _forget(cls, key: int):
-        def forget(_ref) -> None:
-            with cls._lock:
-                cls._digests.pop(key, None)
-
-        return forget
+        """The callback noting that an owner is gone. It takes no lock: it may run inside `of`'s
+        locked section, on the thread that holds the lock (a collection started by an allocation
+        there); `of` drops the noted entries under the lock."""
+        return lambda _ref: cls._gone.append(key)
 
     def __init__(self, steps: np.ndarray, counts: bool, accepting: np.ndarray, state: int, table) -> None:
         """`steps`: the automaton as counted.packed_steps packs it; `counts`: whether it has counted
