@@ -14,6 +14,8 @@ grow and no earlier slot is alive: the token ends with this byte), DEAD (no toke
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from sgl_runtime.constrained.byte_dfa import byte_classes
@@ -40,7 +42,7 @@ class LexerContext:
         self._reps_list = self._reps.tolist()
         self.class_list = self.class_of.tolist()
         self._class_sizes = np.bincount(self.class_of, minlength=self.n_classes).tolist()
-        self._class_bytes = [bytes(np.flatnonzero(self.class_of == c).tolist()) for c in range(self.n_classes)]
+        self._class_bytes: Optional[list] = None  # per class, its bytes ascending (few_live_bytes builds it)
         lists = [s.as_lists() if isinstance(s, SlotDFA) else (s.trans, s.label, s.live) for s in slots]
         self._trans, self._label, self._live = (list(x) for x in zip(*lists)) if lists else ([], [], [])
         self._index: dict[tuple, int] = {}
@@ -145,6 +147,9 @@ class LexerContext:
             if sum(self._class_sizes[c] for c in live) > FEW_LIVE:
                 found = None
             else:
+                if self._class_bytes is None:
+                    order = np.argsort(self.class_of, kind="stable").astype(np.uint8)
+                    self._class_bytes = [p.tobytes() for p in np.split(order, np.cumsum(self._class_sizes)[:-1])]
                 found = bytes(sorted(b"".join(self._class_bytes[c] for c in live)))
             self._few[state] = found
         return found
