@@ -12,7 +12,8 @@ disjoint, except for anyOf/oneOf over object alternatives (object_union.py), who
 declared keys and the other keys of one object disjoint. The engine runs the grammar with default
 reductions (grammar/parser.py), so each token is lexed with the terminals of its own position only.
 
-What the grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
+Objects and arrays are read through their schema narrowed to that category (narrow.py). What the
+grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
 in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*)
 that combine several constraints on objects or arrays too large for one automaton (object
 alternatives of anyOf/oneOf the parser can tell apart excepted),
@@ -30,6 +31,7 @@ from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.arrays import COUNTED_BY_GRAMMAR
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
+from sgl_runtime.constrained.json_schema.narrow import narrowed
 from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED, merged_object
 from sgl_runtime.constrained.json_schema.objects import KEYS_NOT_REGULAR, TOO_MANY_TRACKED
 from sgl_runtime.constrained.json_schema.presence import presence
@@ -295,6 +297,9 @@ class GrammarBuilder:
         """The symbol of `schema`'s objects (c = OBJECT) or arrays (ARRAY), as rules."""
         from sgl_runtime.constrained.json_schema import grammar_rules
 
+        narrow = narrowed(self, schema, c)  # without what says nothing of c's values (narrow.py)
+        if narrow is not schema:
+            return self.node(narrow, frozenset({c}))
         own_keywords = OBJECT_KEYWORDS if c == OBJECT else ARRAY_KEYWORDS
         parts: list[str] = [k for k in own_keywords if k in schema][:1]
         parts += [k for k in (*_COMPLEMENTS[c], *DYNAMIC, "$ref", "anyOf", "oneOf", "enum", "const") if k in schema]

@@ -94,6 +94,7 @@ class Shapes:
         self._admits: dict = {}
         self._closed: dict = {}
         self._scalars: dict = {}
+        self.narrowed: dict = {}  # narrow.py's memo
         self.kept: list = []  # synthesized schemas stay alive (callers key caches by id)
 
     def target(self, schema: dict):
