@@ -1,10 +1,12 @@
 """Compact serialisation of an instance in the key order the schema compiler expects:
 each object's keys declared in its schema's `properties` first (schema order; then those of the
-anyOf/oneOf branch that declares most of its keys), then the rest in instance order."""
+anyOf/oneOf branch that declares most of its keys), then the rest in instance order. Keys that
+`dependentRequired` names count among the rest (the compiler takes them in any order, objects.py)."""
 
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 from sgl_runtime.constrained.json_schema.dynamic_refs import static_dynamic_refs
 from sgl_runtime.constrained.json_schema.refs import RefResolver
@@ -27,11 +29,13 @@ def _resolve(schema, resolver, hops: int = 0):
     return schema if isinstance(schema, dict) else None
 
 
-def _declared(schema, resolver) -> dict:
+def _declared(schema, resolver, dependent: Optional[set] = None) -> dict:
     """Declared keys -> their first declaring subschema, in the order the compiler writes them: the
-    schema's own `properties`, then its `$ref` target's, then each `allOf` member's, depth first."""
+    schema's own `properties`, then its `$ref` target's, then each `allOf` member's, depth first.
+    Adds the keys a `dependentRequired` there names to `dependent`."""
     out: dict = {}
     seen: set = set()
+    dependent = set() if dependent is None else dependent
 
     def visit(node, hops: int) -> None:
         if not isinstance(node, dict) or id(node) in seen or hops > 64:
@@ -40,6 +44,9 @@ def _declared(schema, resolver) -> dict:
         props = node.get("properties")
         for key, sub in props.items() if isinstance(props, dict) else ():
             out.setdefault(key, sub)
+        deps = node.get("dependentRequired")
+        for key, needs in deps.items() if isinstance(deps, dict) else ():
+            dependent.update([key, *(needs if isinstance(needs, list) else ())])
         if isinstance(node.get("$ref"), str):
             try:
                 visit(resolver.resolve(node["$ref"], node), hops + 1)
@@ -70,12 +77,14 @@ def _ordered(value, schema, resolver, depth: int):
     if resolver is None or depth >= 64:
         schema = None
     if isinstance(value, dict):
-        props = _declared(schema, resolver) if schema is not None else {}
+        dependent: set = set()
+        props = _declared(schema, resolver, dependent) if schema is not None else {}
         resolved = _resolve(schema, resolver) if schema is not None else None
         branch = _branch(resolved, value, resolver)
         if branch is not None:  # the keys of the anyOf/oneOf branch the value is most likely in
-            props = {**props, **{k: sub for k, sub in _declared(branch, resolver).items() if k not in props}}
-        keys = [k for k in props if k in value] + [k for k in value if k not in props]
+            props = {**props, **{k: sub for k, sub in _declared(branch, resolver, dependent).items() if k not in props}}
+        first = [k for k in props if k in value and k not in dependent]
+        keys = first + [k for k in value if k not in first]
         out = {}
         for k in keys:
             sub = props.get(k) if k in props else (resolved or {}).get("additionalProperties")
