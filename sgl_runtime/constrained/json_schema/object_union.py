@@ -12,14 +12,16 @@ the same key and a value of the same kind do not.
 For oneOf the alternatives must also exclude each other, or an object that matches two would be
 accepted: each pair needs a key that one requires and the other does not allow (by its own
 additionalProperties, patternProperties or propertyNames, or those of its `$ref`, every allOf
-member or every anyOf/oneOf branch), a key both require with values that cannot be equal
-(different const/enum strings, or an object against a string), or one alternative whose objects
+member or every anyOf/oneOf branch), a key one requires whose value there cannot be a value the
+other allows that key (different const/enum strings, or an object against a string; the other's
+`properties` entry, else its matching patternProperties or additionalProperties), or one alternative whose objects
 have at least one key (minProperties, required) of a closed set the other allows none of.
 """
 
 from __future__ import annotations
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.one_of import exclusive_alternatives
 from sgl_runtime.constrained.json_schema.shapes import OBJECT, literals
 from sgl_runtime.constrained.json_schema.strings import pattern_content
 
@@ -31,11 +33,16 @@ def object_union(b, part: str, branches: list) -> str:
     """The rule for the objects of `part` (anyOf or oneOf) over `branches` (ConstraintError where
     oneOf's alternatives may overlap)."""
     if part == "oneOf" and not exclusive(b, branches):
-        raise ConstraintError(
-            f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
-            "they exclude each other (it needs, per pair, a key one requires and the other forbids, "
-            "or a required key with different const/enum strings)"
-        )
+        alternatives = exclusive_alternatives(b, [_resolved(b, branch) for branch in branches])
+        if alternatives is None:
+            raise ConstraintError(
+                f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
+                "they exclude each other (it needs, per pair, a key one requires and the other forbids, "
+                "or a required key with different const/enum strings)"
+            )
+        branches = alternatives
+        if len(branches) <= 1:
+            return b.node(branches[0], frozenset({OBJECT})) if branches else None
     symbols = []
     for target in (_resolved(b, branch) for branch in branches):
         symbols.append(b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT})))
@@ -80,9 +87,7 @@ def _excludes(b, x: list, y: list) -> bool:
     for key in _required(x):
         if not all(_allows(b, s, key, 0) for s in y):
             return True
-        if key in _required(y) and any(
-            _disjoint_values(b, px, py) for px in _property(x, key) for py in _property(y, key)
-        ):
+        if any(_disjoint_values(b, px, py) for px in _property(x, key) for py in _value_schemas(y, key)):
             return True
     keys = _closed_keys(x)  # an object of x has at least one of these keys, and y allows none of them
     return bool(keys) and _min_keys(x) >= 1 and not any(all(_allows(b, s, key, 0) for s in y) for key in keys)
@@ -184,9 +189,42 @@ def _property(conjunction: list, key: str) -> list:
     return [p[key] for p in props if isinstance(p, dict) and key in p]
 
 
+def _value_schemas(conjunction: list, key: str) -> list:
+    """The schemas a value of `key` must satisfy where the conjunction's object has that key: per
+    conjunct, its `properties` entry, else the patternProperties matching the key, else its
+    additionalProperties (the patterns that cannot be read are left out: fewer schemas, fewer
+    disjoint pairs)."""
+    out = []
+    for schema in conjunction:
+        props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+        if isinstance(props, dict) and key in props:
+            out.append(props[key])
+            continue
+        matched, unsure = [], not isinstance(patterns, dict)
+        for pattern, sub in patterns.items() if isinstance(patterns, dict) else ():
+            try:
+                if pattern_content(pattern).accepts(key):
+                    matched.append(sub)
+            except ConstraintError:
+                unsure = True
+        if unsure:
+            out += matched
+        else:
+            out += matched or [schema.get("additionalProperties", True)]
+    return out
+
+
+def _declared_types(schema: dict) -> set:
+    """The JSON types `schema`'s own `type` allows, with "integer" where "number" is (empty
+    without a `type`)."""
+    declared = schema.get("type")
+    types = set([declared] if isinstance(declared, str) else declared if isinstance(declared, list) else [])
+    return types | ({"integer"} if "number" in types else set())
+
+
 def _disjoint_values(b, x, y) -> bool:
     """Whether no value satisfies both `x` and `y`: listed strings (const/enum) that differ, or
-    kinds (objects, arrays, scalars) that differ."""
+    kinds (objects, arrays, scalars) or declared types that differ."""
     x, y = _resolved(b, x), _resolved(b, y)
     if x is None or y is None:
         return False
@@ -194,6 +232,8 @@ def _disjoint_values(b, x, y) -> bool:
         return True
     if not isinstance(x, dict) or not isinstance(y, dict):
         return False
+    if _declared_types(x) and _declared_types(y) and not _declared_types(x) & _declared_types(y):
+        return True
     xs, ys = literals(x), literals(y)
     if xs is None or ys is None or not all(isinstance(v, str) for v in (*xs, *ys)):
         return False

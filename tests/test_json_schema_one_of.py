@@ -1,0 +1,111 @@
+"""oneOf over object alternatives that do not exclude each other by their keys alone, in the
+grammar form (json_schema/one_of.py, object_union.py): exact against jsonschema on every object
+of up to three keys, or refused. The shapes are those of real schemas (CloudFormation's
+one-optional-key objects, Buildkite's notifications sharing an `if` key, Bitbucket's two
+`import` formats)."""
+
+from __future__ import annotations
+
+import itertools
+
+import jsonschema
+import pytest
+
+from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.language import schema_to_grammar
+from sgl_runtime.constrained.json_schema.serialize import compact_json
+
+
+def _closed(**props):
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+STRING = {"type": "string"}
+SCHEMAS = {
+    # each alternative allows one key, none requires it: {} satisfies all three
+    "one_optional_key_each": {
+        "type": "array",
+        "items": {"oneOf": [_closed(a=STRING), _closed(b=STRING), _closed(c={})]},
+    },
+    # a shared optional key with one schema: objects of that key alone satisfy every alternative
+    "shared_optional_key": {
+        "$defs": {"if": STRING},
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {"enum": ["a", "b"]},
+                _closed(a=STRING, k={"$ref": "#/$defs/if"}),
+                _closed(b={"type": "integer"}, k={"$ref": "#/$defs/if"}),
+                {**_closed(c={"type": "array"}, k={"$ref": "#/$defs/if"}), "required": ["c"]},
+            ]
+        },
+    },
+    # alike but for the value of the key both require: the values that exactly one allows
+    "one_key_apart": {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {**_closed(a={"type": "string", "pattern": "^[^:]+:[^:]+$"}, k={"type": "array"}), "required": ["a"]},
+                {**_closed(a={"type": "string", "pattern": "^[^@]+@[^@]+$"}, k={"type": "array"}), "required": ["a"]},
+            ]
+        },
+    },
+    # every object satisfies both: no object is valid (strings are, by the first)
+    "both_hold_everywhere": {
+        "type": "object",
+        "properties": {"a": {"oneOf": [{"additionalProperties": True}, {"type": "object", "properties": {"b": {}}}]}},
+    },
+    # a required key whose value the other alternative gives another kind
+    "required_key_of_another_kind": {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {"type": "object", "properties": {"a": STRING}, "required": ["a"]},
+                _closed(a={"type": "integer"}, b={}),
+            ]
+        },
+    },
+}
+VALUES = ["x:y", "x@y", "x@y:z", 1, [1], {"k": []}]
+KEYS = ["a", "b", "c", "k"]
+
+
+def _objects():
+    out = [{}]
+    for n in (1, 2, 3):
+        for keys in itertools.permutations(KEYS, n):
+            for values in itertools.product(VALUES, repeat=n) if n < 3 else [VALUES[:3], VALUES[3:]]:
+                out.append(dict(zip(keys, values)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_overlapping_object_alternatives_are_exact(name):
+    schema = SCHEMAS[name]
+    language = schema_to_grammar(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    objects = _objects()
+    if schema["type"] == "array":
+        instances = [[o] for o in objects] + [["a"], ["c"], [1], []]
+    else:
+        instances = [{"a": o} for o in objects] + [{"a": "s"}, {"a": 1}, {}]
+    wrong, valid = [], 0
+    for instance in instances:
+        expected = validator.is_valid(instance)
+        valid += expected
+        if language.accepts(compact_json(instance, schema)) != expected:
+            wrong.append((expected, compact_json(instance, schema)))
+    assert wrong == [], wrong[:5]
+    assert 0 < valid < len(instances)
+
+
+def test_shared_keys_that_one_alternative_alone_allows_are_refused():
+    """Objects of shared keys only that exactly one alternative allows ({} here: only the first
+    requires nothing) cannot be dropped: the oneOf is refused, not approximated."""
+    schema = {
+        "type": "array",
+        "items": {"oneOf": [_closed(a=STRING, s={}), {**_closed(b=STRING, s={}), "required": ["s"]}]},
+    }
+    assert jsonschema.Draft202012Validator(schema).is_valid([{}])
+    with pytest.raises(ConstraintError, match="oneOf"):
+        schema_to_grammar(schema)
