@@ -65,9 +65,49 @@ SCHEMAS = {
             ]
         },
     },
+    # a listed value against a `not` that lists it (Travis CI's providers, the last one "any other")
+    "listed_against_negated": {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {"a": {"const": "x:y"}},
+                    "additionalProperties": {"type": "array"},
+                    "required": ["a"],
+                },
+                {
+                    "type": "object",
+                    "properties": {"a": {"type": "string", "not": {"enum": ["x:y"]}}},
+                    "required": ["a"],
+                },
+            ]
+        },
+    },
+    # if/then/else on one key's value whose `if` carries annotations (CircleCI's job types)
+    "annotated_value_cases": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"a": {"enum": ["x:y", "x@y", 1]}, "k": {}},
+            "if": {"description": "a release", "required": ["a"], "properties": {"a": {"const": "x:y"}}},
+            "then": {
+                "required": ["b"],
+                "properties": {"b": {"type": "object", "properties": {"k": {"type": "array"}}}},
+            },
+            "else": {
+                "if": {
+                    "markdownDescription": "a build",
+                    "anyOf": [{"not": {"required": ["a"]}}, {"properties": {"a": {"const": "x@y"}}, "required": ["a"]}],
+                },
+                "then": {"properties": {"c": {"type": "object", "properties": {"k": {"type": "integer"}}}}},
+                "else": {"required": ["k"], "properties": {"b": False}},
+            },
+        },
+    },
 }
 VALUES = ["x:y", "x@y", "x@y:z", 1, [1], {"k": []}]
-KEYS = ["a", "b", "c", "k"]
+KEYS = ["a", "b", "c", "k"]  # VALUES include objects with a key "k"
 
 
 def _objects():

@@ -23,6 +23,8 @@ whose value tells if/then cases apart comes first.
 
 from __future__ import annotations
 
+from jsonschema import validators
+
 from sgl_runtime.constrained.json_schema.presence import presence
 from sgl_runtime.constrained.json_schema.shapes import DYNAMIC, OBJECT, OBJECT_KEYWORDS, literals, members
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
@@ -146,7 +148,14 @@ def _condition(b, conditions: list) -> object:
     return NOT_MERGED if predicate is None else (predicate, keys, tests)
 
 
-_IF_KEYWORDS = ("properties", "required", "type", "$comment", "title", "description")
+_ASSERTING = frozenset(validators.Draft202012Validator.VALIDATORS)  # the rest are annotations
+
+
+def _only(schema: dict, keywords: tuple) -> bool:
+    """Whether `schema` says nothing but `keywords` (and annotations)."""
+    return all(k in keywords or k not in _ASSERTING for k in schema)
+
+
 _ABSENT, _OTHER = object(), object()  # the cases besides the tested values: key absent, another value
 
 
@@ -157,7 +166,7 @@ def _tested_key(schema):
     if not isinstance(schema, dict):
         return None
     for part in ("anyOf", "oneOf"):
-        if part in schema and set(schema) <= {part, "$comment"} and isinstance(schema[part], list):
+        if part in schema and _only(schema, (part,)) and isinstance(schema[part], list):
             tests = [_tested_key(s) for s in schema[part]]
             keys = {t[0] for t in tests if t is not None}
             if None in tests or len(keys) != 1:
@@ -171,7 +180,7 @@ def _tested_key(schema):
         required = schema["not"]["required"]
         return (required[0], [], True) if isinstance(required, list) and len(required) == 1 else None
     props = schema.get("properties")
-    if any(k not in _IF_KEYWORDS for k in schema) or schema.get("type", "object") != "object":
+    if not _only(schema, ("properties", "required", "type")) or schema.get("type", "object") != "object":
         return None
     if not isinstance(props, dict) or len(props) != 1:
         return None

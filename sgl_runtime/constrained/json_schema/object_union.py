@@ -223,8 +223,8 @@ def _declared_types(schema: dict) -> set:
 
 
 def _disjoint_values(b, x, y) -> bool:
-    """Whether no value satisfies both `x` and `y`: listed strings (const/enum) that differ, or
-    kinds (objects, arrays, scalars) or declared types that differ."""
+    """Whether no value satisfies both `x` and `y`: listed strings (const/enum) that differ or that
+    the other's `not` lists, or kinds (objects, arrays, scalars) or declared types that differ."""
     x, y = _resolved(b, x), _resolved(b, y)
     if x is None or y is None:
         return False
@@ -235,6 +235,11 @@ def _disjoint_values(b, x, y) -> bool:
     if _declared_types(x) and _declared_types(y) and not _declared_types(x) & _declared_types(y):
         return True
     xs, ys = literals(x), literals(y)
+    for listed, other in ((xs, y), (ys, x)):  # listed strings that the other's `not` lists too
+        negated = other.get("not")
+        excluded = literals(negated) if isinstance(negated, dict) else None
+        if listed and excluded and all(isinstance(v, str) and v in excluded for v in listed):
+            return True
     if xs is None or ys is None or not all(isinstance(v, str) for v in (*xs, *ys)):
         return False
     return not set(xs) & set(ys)
