@@ -105,6 +105,25 @@ SCHEMAS = {
             },
         },
     },
+    # cases by one key's value beside an if over present keys (GitLab CI's inputs)
+    "value_cases_beside_a_presence_condition": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "c": {}},
+            "allOf": [
+                {"if": {"required": ["c"]}, "then": {"not": {"anyOf": [{"required": ["b"]}, {"required": ["k"]}]}}},
+                {
+                    "if": {"properties": {"a": {"enum": ["x:y"]}}, "required": ["a"]},
+                    "then": {"properties": {"b": {"type": "object", "properties": {"k": {"type": "array"}}}}},
+                },
+                {
+                    "if": {"properties": {"a": {"enum": ["x@y"]}}, "required": ["a"]},
+                    "then": {"properties": {"b": {"type": ["integer", "null"]}}},
+                },
+            ],
+        },
+    },
 }
 VALUES = ["x:y", "x@y", "x@y:z", 1, [1], {"k": []}]
 KEYS = ["a", "b", "c", "k"]  # VALUES include objects with a key "k"

@@ -198,19 +198,26 @@ def _cases_by_value(b, found: list, conditions: list):
     """if/then/else conditions that all test one key's string value (a discriminator written as
     `allOf: [{"if": {..."Type": {"const": "Choice"}...}, "then": {"$ref": ...}}, ...]`), as one
     case per tested value, one for the other values and one for the key's absence:
-    [(extra schemas, conditions left)]."""
-    tested = []
-    for index, (_, keywords) in enumerate(conditions):
+    [(extra schemas, conditions left)]. Conditions that ask only which keys are present (`if:
+    {"required": [...]}`) may stand beside them: they are left to each case."""
+    tested, on_keys = [], set()
+    for index, (node, keywords) in enumerate(conditions):
         if "if" in keywords:
             test = keywords["if"]
             found_key = _tested_key(b.shapes.target(test) if _is_ref(test) else test)
-            if found_key is None:
+            if found_key is not None:
+                tested.append((index, found_key))
+            elif _asks_keys(b, node, keywords):
+                on_keys.add(index)  # stays a condition, checked where each case's object closes
+            else:
                 return None
-            tested.append((index, found_key))
     if not tested or len({key for _, (key, _, _) in tested}) != 1:
         return None
     key = tested[0][1][0]
-    rest = [(n, {k: v for k, v in kw.items() if k not in ("if", "then", "else")}) for n, kw in conditions]
+    rest = [
+        (n, {k: v for k, v in kw.items() if i in on_keys or k not in ("if", "then", "else")})
+        for i, (n, kw) in enumerate(conditions)
+    ]
     rest = [(n, kw) for n, kw in rest if kw]
     every = list(dict.fromkeys(v for _, (_, values, _) in tested for v in values))
     required = any(key in (c.get("required") or []) for c in found)
@@ -230,6 +237,13 @@ def _cases_by_value(b, found: list, conditions: list):
                 extra.append(branch)
         cases.append((extra, rest))
     return cases
+
+
+def _asks_keys(b, node, keywords: dict) -> bool:
+    """Whether the if/then/else of `keywords` only ask which keys an object has (presence.py)."""
+    view = b.shapes.keep({k: keywords[k] for k in ("if", "then", "else") if k in keywords})
+    b.comp.refs.base_of[id(view)] = b.comp.refs.base(node)
+    return presence(b.shapes, view, set(), category=OBJECT) is not None
 
 
 def _is_ref(schema) -> bool:
