@@ -329,7 +329,7 @@ class GrammarBuilder:
                 return None
             own = any(k in schema for k in own_keywords)
             return grammar_rules.array_rule(self, schema) if own else grammar_rules.free_form(self, c)
-        if c == OBJECT and (len(parts) > 1 or len(nontrivial) > 1):
+        if c == OBJECT and (len(parts) > 1 or len(nontrivial) > 1 or parts[0] in _COMPLEMENTS[c]):
             merged = merged_object(self, schema)
             if merged is not NOT_MERGED:
                 return merged

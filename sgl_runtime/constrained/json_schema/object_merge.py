@@ -41,7 +41,8 @@ class _Elsewhere(Exception):
 
 def conjuncts(shapes, schema) -> tuple[list, list]:
     """(schemas with object keywords, (schema, its condition keywords) pairs) met through `schema`'s
-    own keywords, `$ref` and `allOf`, in declaration order; raises _Elsewhere past them."""
+    own keywords, `$ref` and `allOf`, in declaration order; raises _Elsewhere past them. An
+    unevaluatedProperties among them is one more conjunct where it can be (static_unevaluated)."""
     found: list = []
     conditions: list = []
     seen: set = set()
@@ -54,8 +55,13 @@ def conjuncts(shapes, schema) -> tuple[list, list]:
         if id(node) in seen:
             return
         seen.add(id(node))
-        if any(k in node for k in _ELSEWHERE):
+        if any(k in node for k in _ELSEWHERE if k != "unevaluatedProperties"):
             raise _Elsewhere
+        if "unevaluatedProperties" in node and node is not schema:  # its own keys: a conjunction of its own
+            more, more_conditions = conjuncts(shapes, node)
+            found.extend(m for m in more if all(m is not f for f in found))
+            conditions.extend(more_conditions)
+            return
         if any(k in node for k in OBJECT_KEYWORDS):
             found.append(node)
         condition = {k: node[k] for k in _CONDITIONS if k in node}
@@ -67,7 +73,55 @@ def conjuncts(shapes, schema) -> tuple[list, list]:
             visit(member)
 
     visit(schema)
+    if isinstance(schema, dict) and "unevaluatedProperties" in schema:
+        found += static_unevaluated(shapes, schema, found, conditions)
     return found, conditions
+
+
+_ANNOTATING = ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
+
+
+def static_unevaluated(shapes, schema: dict, found: list, conditions: list) -> list:
+    """`schema`'s unevaluatedProperties as one more conjunct, where the keys it applies to do not
+    depend on which branches an object satisfies: its own keywords, `$ref` and `allOf` members
+    (`found`) say which keys they evaluate, and its conditions evaluate none (they only ask which
+    keys are present, as `anyOf: [{"required": ["paths"]}, ...]` in the OpenAPI 3.1 schema). Then the
+    unevaluated keys are those no `properties` entry names and no patternProperties matches, and
+    none is where a conjunct has additionalProperties. Raises _Elsewhere otherwise."""
+    if any(_annotates(shapes, sub, 0) for _, keywords in conditions for sub in _subschemas(keywords)):
+        raise _Elsewhere
+    if any("additionalProperties" in s for s in found):
+        return []  # every key is evaluated
+    names = {k: True for s in found if isinstance(s.get("properties"), dict) for k in s["properties"]}
+    patterns = {p: True for s in found if isinstance(s.get("patternProperties"), dict) for p in s["patternProperties"]}
+    rest = shapes.keep({"properties": names, "patternProperties": patterns})
+    rest["additionalProperties"] = schema["unevaluatedProperties"]
+    shapes.refs.base_of[id(rest)] = shapes.refs.base(schema)  # a $ref in it resolves where it was written
+    return [rest]
+
+
+def _subschemas(keywords: dict) -> list:
+    out: list = []
+    for keyword, value in keywords.items():
+        if keyword in ("allOf", "anyOf", "oneOf"):
+            out += value if isinstance(value, list) else [value]
+        elif keyword == "dependentSchemas":
+            out += list(value.values()) if isinstance(value, dict) else [value]
+        else:
+            out.append(value)
+    return out
+
+
+def _annotates(shapes, schema, depth: int) -> bool:
+    """Whether `schema` may evaluate some key of an object (True when unsure)."""
+    if isinstance(schema, bool):
+        return False
+    if not isinstance(schema, dict) or depth > 32 or any(k in schema for k in (*_ANNOTATING, *DYNAMIC)):
+        return True
+    subs = _subschemas({k: schema[k] for k in _CONDITIONS if k in schema})
+    subs += [shapes.target(schema)] if "$ref" in schema else []
+    subs += members(schema, "allOf")
+    return any(_annotates(shapes, sub, depth + 1) for sub in subs)
 
 
 def merged_object(b, schema: dict):
@@ -156,20 +210,25 @@ def _only(schema: dict, keywords: tuple) -> bool:
     return all(k in keywords or k not in _ASSERTING for k in schema)
 
 
-_ABSENT, _OTHER = object(), object()  # the cases besides the tested values: key absent, another value
+_ABSENT, _OTHER, _PRESENT = (
+    object(),
+    object(),
+    object(),
+)  # the cases besides the tested values: key absent, another value
 
 
 def _tested_key(schema):
     """(key, strings, holds when absent) when `schema` (an `if`) holds exactly when that key has one
     of those string values, or is absent if so marked: {"properties": {K: {"const"/"enum": ...}}}
-    (with "required": [K]: not when absent), or anyOf/oneOf of those and {"not": {"required": [K]}}."""
+    (with "required": [K]: not when absent), or anyOf/oneOf of those and {"not": {"required": [K]}};
+    {"required": [K]} holds for every value of K (strings: _PRESENT)."""
     if not isinstance(schema, dict):
         return None
     for part in ("anyOf", "oneOf"):
         if part in schema and _only(schema, (part,)) and isinstance(schema[part], list):
             tests = [_tested_key(s) for s in schema[part]]
             keys = {t[0] for t in tests if t is not None}
-            if None in tests or len(keys) != 1:
+            if None in tests or len(keys) != 1 or any(t[1] is _PRESENT for t in tests):  # type: ignore[index]
                 return None
             values = [v for t in tests for v in t[1]]
             absent = [t[2] for t in tests]
@@ -182,13 +241,15 @@ def _tested_key(schema):
     props = schema.get("properties")
     if not _only(schema, ("properties", "required", "type")) or schema.get("type", "object") != "object":
         return None
+    required = schema.get("required", [])
+    if props is None and isinstance(required, list) and len(required) == 1 and isinstance(required[0], str):
+        return required[0], _PRESENT, False  # {"required": [K]}: holds whatever K's value
     if not isinstance(props, dict) or len(props) != 1:
         return None
     ((key, test),) = props.items()
     values = literals(test) if isinstance(test, dict) and set(test) <= {"const", "enum"} else None
     if not values or not all(isinstance(v, str) for v in values):
         return None
-    required = schema.get("required", [])
     if required not in ([], [key]):
         return None
     return key, list(dict.fromkeys(values)), not required
@@ -211,6 +272,10 @@ def _cases_by_value(b, found: list, conditions: list):
                 on_keys.add(index)  # stays a condition, checked where each case's object closes
             else:
                 return None
+    if len({key for _, (key, _, _) in tested}) > 1:  # a key's presence beside values: a condition
+        moved = {i for i, (_, values, _) in tested if values is _PRESENT and _asks_keys(b, *conditions[i])}
+        on_keys |= moved
+        tested = [t for t in tested if t[0] not in moved]
     if not tested or len({key for _, (key, _, _) in tested}) != 1:
         return None
     key = tested[0][1][0]
@@ -219,19 +284,20 @@ def _cases_by_value(b, found: list, conditions: list):
         for i, (n, kw) in enumerate(conditions)
     ]
     rest = [(n, kw) for n, kw in rest if kw]
-    every = list(dict.fromkeys(v for _, (_, values, _) in tested for v in values))
+    every = list(dict.fromkeys(v for _, (_, values, _) in tested if values is not _PRESENT for v in values))
     required = any(key in (c.get("required") or []) for c in found)
     cases = []
     for value in [*every, _OTHER] + ([] if required else [_ABSENT]):
         if value is _ABSENT:
             test = b.shapes.keep({"not": {"required": [key]}})
         elif value is _OTHER:
-            test = b.shapes.keep({"properties": {key: {"not": {"enum": every}}}, "required": [key]})
+            other = {"properties": {key: {"not": {"enum": every}}}} if every else {}
+            test = b.shapes.keep({**other, "required": [key]})
         else:
             test = b.shapes.keep({"properties": {key: {"const": value}}, "required": [key]})
         extra = [test]
         for index, (_, values, absent) in tested:
-            holds = absent if value is _ABSENT else value in values
+            holds = absent if value is _ABSENT else values is _PRESENT or value in values
             branch = conditions[index][1].get("then" if holds else "else")
             if branch is not None:
                 extra.append(branch)
