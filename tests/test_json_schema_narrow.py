@@ -1,7 +1,8 @@
 """Subschemas narrowed to one category for the grammar form (narrow.py): an `if`/`not` that the
 category alone decides, and keywords of other categories, no longer keep an object or array from
 being one automaton or one rule. Exact against jsonschema; the schemas are the shapes of real
-schemas that were refused before (CloudFormation's IAM policy and RDS cluster, its update policy)."""
+schemas that were refused before (CloudFormation's IAM policy and RDS cluster, its update policy).
+Arrays constrained in several places are one array rule (array_merge.py)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,43 @@ def test_dependent_required_keys_are_serialized_after_the_declared_ones():
     language = schema_to_grammar(schema)
     assert language.accepts(text)
     assert not language.accepts('{"S":"s","P":"x"}')
+
+
+ARRAY_CONJUNCTIONS = {
+    # a `then` that tightens an array property (CloudFormation's DynamoDB AttributeDefinitions)
+    "min_items_beside_a_ref": {
+        "$defs": {"defs": {"type": "array", "items": {"type": "object", "properties": {"k": {}}}}},
+        "type": "object",
+        "properties": {"v": {"allOf": [{"$ref": "#/$defs/defs"}, {"minItems": 2, "maxItems": 3}]}},
+    },
+    # items of two conjuncts, prefixItems of one, uniqueItems of the other
+    "items_and_prefix": {
+        "type": "object",
+        "properties": {
+            "v": {
+                "allOf": [
+                    {"prefixItems": [{"type": "integer"}], "items": {"type": ["integer", "array"]}},
+                    {"items": {"not": {"type": "string"}}, "uniqueItems": True},
+                ]
+            }
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARRAY_CONJUNCTIONS))
+def test_arrays_constrained_in_several_places_are_one_rule(name):
+    schema = ARRAY_CONJUNCTIONS[name]
+    language = schema_to_grammar(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    items = [1, 2, "s", [1], {"k": [[]]}, {"j": 1}]
+    arrays = [[]] + [list(x) for n in (1, 2, 3, 4) for x in itertools.product(items, repeat=n) if n < 4 or x[0] == 1]
+    wrong, valid = [], 0
+    for value in arrays:
+        instance = {"v": value}
+        expected = validator.is_valid(instance)
+        valid += expected
+        if language.accepts(compact_json(instance, schema)) != expected:
+            wrong.append((expected, compact_json(instance, schema)))
+    assert wrong == [], wrong[:5]
+    assert 10 < valid < len(arrays)

@@ -1,23 +1,22 @@
 """JSON Schema as a pushdown grammar: structure as grammar rules, leaves as flat automata.
 
-`GrammarBuilder(comp, mode).build(schema) -> SchemaGrammar` (called by `language.schema_to_grammar`)
-accepts the same serialisation as the flat compiler (compact JSON or the configured whitespace, declared keys in `properties` order, then
-the other keys, canonical strings and numbers) with no depth bound. Every subschema whose flat
-automaton is exact (no free-form value, no recursive `$ref`: `shapes.closed`) and small is ONE
-terminal of the grammar, its byte DFA injected as that terminal's automaton; objects, arrays,
-`$ref` recursion and free-form values that are not become rules. A value position offers at
-most one symbol per category (object, array, scalar), so terminals that could start there are
-disjoint, except for anyOf/oneOf over object alternatives (object_union.py), whose grammar
-`build` checks; object keys are tokens `"key":` (with the comma before them after the first member),
-declared keys and the other keys of one object disjoint. The engine runs the grammar with default
-reductions (grammar/parser.py), so each token is lexed with the terminals of its own position only.
+`GrammarBuilder(comp, mode).build(schema) -> SchemaGrammar` (called by `language.schema_to_grammar`) accepts the
+same serialisation as the flat compiler (compact JSON or the configured whitespace, declared keys in `properties`
+order, then the other keys, canonical strings and numbers) with no depth bound. Every subschema whose flat automaton
+is exact (no free-form value, no recursive `$ref`: `shapes.closed`) and small is ONE terminal of the grammar, its
+byte DFA injected as that terminal's automaton; objects, arrays, `$ref` recursion and free-form values that are not
+become rules. A value position offers at most one symbol per category (object, array, scalar), so terminals that
+could start there are disjoint, except for anyOf/oneOf over object alternatives (object_union.py), whose grammar
+`build` checks; object keys are tokens `"key":` (with the comma before them after the first member), declared keys
+and the other keys of one object disjoint. The engine runs the grammar with default reductions (grammar/parser.py),
+so each token is lexed with the terminals of its own position only.
 
-Objects and arrays are read through their schema narrowed to that category (narrow.py). What the
-grammar form cannot say exactly is refused with a ConstraintError naming the keyword:
-in-place applicators (`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*)
-that combine several constraints on objects or arrays too large for one automaton (object
-alternatives of anyOf/oneOf the parser can tell apart excepted),
-`contains`, `uniqueItems` (ignored with lenient=True) and `$dynamicRef` there.
+Objects and arrays are read through their schema narrowed to that category (narrow.py), and
+constrained in several places as one conjunction (object_merge.py, array_merge.py). What the grammar
+form cannot say exactly is refused with a ConstraintError naming the keyword: in-place applicators
+(`allOf`, `anyOf`, `oneOf`, `not`, `if`, `dependentSchemas`, unevaluated*) that combine several
+constraints on objects or arrays too large for one automaton otherwise (object alternatives of
+anyOf/oneOf the parser can tell apart excepted), `contains` and `$dynamicRef` there.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from sgl_runtime.constrained.automata_ops import concat, intersect
 from sgl_runtime.constrained.byte_dfa import ByteDFA
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.array_merge import merged_array
 from sgl_runtime.constrained.json_schema.arrays import COUNTED_BY_GRAMMAR
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
 from sgl_runtime.constrained.json_schema.narrow import narrowed
@@ -329,8 +329,8 @@ class GrammarBuilder:
                 return None
             own = any(k in schema for k in own_keywords)
             return grammar_rules.array_rule(self, schema) if own else grammar_rules.free_form(self, c)
-        if c == OBJECT and (len(parts) > 1 or len(nontrivial) > 1 or parts[0] in _COMPLEMENTS[c]):
-            merged = merged_object(self, schema)
+        if len(parts) > 1 or len(nontrivial) > 1 or parts[0] in _COMPLEMENTS[c]:
+            merged = (merged_object if c == OBJECT else merged_array)(self, schema)
             if merged is not NOT_MERGED:
                 return merged
         if len(parts) > 1:
