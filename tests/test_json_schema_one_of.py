@@ -168,3 +168,33 @@ def test_shared_keys_that_one_alternative_alone_allows_are_refused():
     assert jsonschema.Draft202012Validator(schema).is_valid([{}])
     with pytest.raises(ConstraintError, match="oneOf"):
         schema_to_grammar(schema)
+
+
+def test_a_not_that_says_more_than_a_list_does_not_exclude():
+    """{"not": {"enum": ["ab"], "minLength": 5}} holds of "ab": both alternatives allow {"a": "ab"},
+    which oneOf then rejects; the alternatives are not told apart by that `not` (refused)."""
+    negated = {"type": "string", "not": {"enum": ["ab"], "minLength": 5}}
+    alternatives = [
+        {
+            "type": "object",
+            "properties": {"a": {"const": "ab"}},
+            "additionalProperties": {"type": "array"},
+            "required": ["a"],
+        },
+        {"type": "object", "properties": {"a": negated}, "required": ["a"]},
+    ]
+    schema = {"type": "array", "items": {"oneOf": alternatives}}
+    assert not jsonschema.Draft202012Validator(schema).is_valid([{"a": "ab"}])
+    with pytest.raises(ConstraintError, match="oneOf"):
+        schema_to_grammar(schema)
+
+    from sgl_runtime.constrained.json_schema.object_union import _disjoint_values
+    from sgl_runtime.constrained.json_schema.refs import RefResolver
+    from sgl_runtime.constrained.json_schema.shapes import Shapes
+
+    class Builder:
+        shapes = Shapes(RefResolver(schema))
+
+    listed = {"const": "ab"}
+    assert not _disjoint_values(Builder, listed, negated)
+    assert _disjoint_values(Builder, listed, {"type": "string", "not": {"enum": ["ab", "c"]}})

@@ -48,7 +48,10 @@ def narrowed(b, schema, c: str):
         return False
     memo = b.shapes.narrowed
     if _UNEVALUATED not in memo:
-        texts = (json.dumps(doc, default=str) for doc in b.comp.refs.resources.values())
+        try:
+            texts = [json.dumps(doc, default=str) for doc in b.comp.refs.resources.values()]
+        except (RecursionError, TypeError, ValueError):
+            texts = ["unevaluated"]  # unreadable: nothing is narrowed
         memo[_UNEVALUATED] = any("unevaluated" in text for text in texts)
     if memo[_UNEVALUATED]:
         return schema

@@ -210,11 +210,8 @@ def _only(schema: dict, keywords: tuple) -> bool:
     return all(k in keywords or k not in _ASSERTING for k in schema)
 
 
-_ABSENT, _OTHER, _PRESENT = (
-    object(),
-    object(),
-    object(),
-)  # the cases besides the tested values: key absent, another value
+# the cases besides the tested values (key absent, another value), and a test of the key's presence alone
+_ABSENT, _OTHER, _PRESENT = object(), object(), object()
 
 
 def _tested_key(schema):

@@ -26,6 +26,7 @@ from sgl_runtime.constrained.json_schema.shapes import OBJECT, literals
 from sgl_runtime.constrained.json_schema.strings import pattern_content
 
 # what may stand beside a `$ref` that is followed (the branch admits objects, so its `type` does)
+_LISTS_ONLY = ("enum", "const", "$comment", "title", "description", "markdownDescription")  # a `not` of a list
 _ANNOTATIONS = ("$ref", "type", "$comment", "title", "description", "markdownDescription", "examples", "default")
 
 
@@ -237,7 +238,8 @@ def _disjoint_values(b, x, y) -> bool:
     xs, ys = literals(x), literals(y)
     for listed, other in ((xs, y), (ys, x)):  # listed strings that the other's `not` lists too
         negated = other.get("not")
-        excluded = literals(negated) if isinstance(negated, dict) else None
+        plain = isinstance(negated, dict) and all(k in _LISTS_ONLY for k in negated)
+        excluded = literals(negated) if plain else None  # (a `not` saying more may hold of them)
         if listed and excluded and all(isinstance(v, str) and v in excluded for v in listed):
             return True
     if xs is None or ys is None or not all(isinstance(v, str) for v in (*xs, *ys)):
