@@ -147,6 +147,22 @@ ARRAY_CONJUNCTIONS = {
         "type": "object",
         "properties": {"v": {"allOf": [{"$ref": "#/$defs/defs"}, {"minItems": 2, "maxItems": 3}]}},
     },
+    # a oneOf of one member is that member (Dependabot's ignore lists, an allOf of two such)
+    "single_member_one_of": {
+        "type": "object",
+        "properties": {
+            "v": {
+                "allOf": [
+                    {"oneOf": [{"type": "array", "items": {"type": ["integer", "object"]}, "minItems": 1}]},
+                    {
+                        "allOf": [
+                            {"anyOf": [{"type": "array", "items": {"not": {"type": "object", "required": ["j"]}}}]}
+                        ]
+                    },
+                ]
+            }
+        },
+    },
     # items of two conjuncts, prefixItems of one, uniqueItems of the other
     "items_and_prefix": {
         "type": "object",

@@ -105,6 +105,20 @@ SCHEMAS = {
             },
         },
     },
+    # a oneOf over required keys whose value tests are the keys' own schemas (Dependabot's
+    # directories or directory): only which keys are present decides
+    "value_tests_implied_by_properties": {
+        "$defs": {"dirs": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/dirs"}, "b": {"type": "object"}, "k": {}},
+            "oneOf": [
+                {"properties": {"a": {"$ref": "#/$defs/dirs"}}, "required": ["a"]},
+                {"properties": {"b": {"type": "object"}}, "required": ["b"]},
+            ],
+        },
+    },
     # cases by one key's value beside an if over present keys (GitLab CI's inputs)
     "value_cases_beside_a_presence_condition": {
         "type": "array",
@@ -125,7 +139,7 @@ SCHEMAS = {
         },
     },
 }
-VALUES = ["x:y", "x@y", "x@y:z", 1, [1], {"k": []}]
+VALUES = ["x:y", "x@y", "x@y:z", 1, [1], {"k": []}, ["s"]]
 KEYS = ["a", "b", "c", "k"]  # VALUES include objects with a key "k"
 
 

@@ -2,7 +2,7 @@
 as ONE array rule of the grammar form, the arrays' counterpart of object_merge.py.
 
 The conjunction of schemas that say only `items`, `prefixItems` (in one of them), `minItems`,
-`maxItems` and `uniqueItems` is again such an array: each item satisfies every conjunct's schema
+`maxItems` and `uniqueItems` (an anyOf/oneOf of one member being that member) is again such an array: each item satisfies every conjunct's schema
 for its position (its `prefixItems` entry, else its `items`), the count the tightest bounds, and
 items are unique if one conjunct says so. CloudFormation's
 
@@ -45,11 +45,13 @@ def merged_array(b, schema: dict):
         if not isinstance(node, dict) or ARRAY not in b.shapes.admits(node):
             return False
         seen.add(id(node))
-        if any(k in _ASSERTING and k not in (*_MERGED, *_SILENT, "$ref", "allOf") for k in node):
+        single = [k for k in ("anyOf", "oneOf") if k in node and len(members(node, k)) == 1]  # as allOf
+        if any(k in _ASSERTING and k not in (*_MERGED, *_SILENT, "$ref", "allOf", *single) for k in node):
             return False
         found.append(node)
         targets = [b.shapes.target(node)] if "$ref" in node else []
-        return all(visit(sub) for sub in [*targets, *members(node, "allOf")])
+        subs = [*targets, *members(node, "allOf"), *(member for k in single for member in members(node, k))]
+        return all(visit(sub) for sub in subs)
 
     if not visit(schema):
         return NOT_MERGED

@@ -48,11 +48,31 @@ def value_options(b, key: str, value, facts: list, fact_bits: dict) -> list:
             continue
         bits = 0
         for fact, sub in facts:
-            if c in b.shapes.admits(sub) and not b.trivial(sub, c):
+            implied = _implied(b, value, sub)
+            if c in b.shapes.admits(sub) and not b.trivial(sub, c) and not implied:
                 raise ValueTestsRefused(f"a test of the key {key!r} reads inside its {c} values")
-            bits |= fact_bits[fact] if c in b.shapes.admits(sub) else 0
+            bits |= fact_bits[fact] if implied or c in b.shapes.admits(sub) else 0
         out.append((symbol, bits))
     return out
+
+
+def _implied(b, value, sub) -> bool:
+    """Whether every value of the key passes the test `sub` because `sub` is one of the schemas the
+    key's value must satisfy anyway (Dependabot's `oneOf: [{"properties": {"directories": {"$ref":
+    "#/definitions/update/properties/directories"}}, "required": ["directories"]}, ...]` beside that
+    very `properties` entry): then the test asks only that the key be present."""
+    parts = value["allOf"] if isinstance(value, dict) and set(value) == {"allOf"} else [value]
+    target = _followed(b, sub)
+    return any(_followed(b, part) is target for part in parts)
+
+
+def _followed(b, schema):
+    """`schema` with the `$ref`s that are all it says followed."""
+    for _ in range(64):
+        if not (isinstance(schema, dict) and set(schema) == {"$ref"}):
+            return schema
+        schema = b.shapes.target(schema)
+    return schema
 
 
 def _scalar_cells(b, key: str, value, facts: list, fact_bits: dict) -> list:
