@@ -7,6 +7,7 @@ Arrays constrained in several places are one array rule (array_merge.py)."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import jsonschema
 import pytest
@@ -95,8 +96,9 @@ class _Builder:
         from sgl_runtime.constrained.json_schema.refs import RefResolver
         from sgl_runtime.constrained.json_schema.shapes import Shapes
 
-        class Comp:
+        class Comp:  # as json_schema/compiler.py's _Compiler sets them
             refs = RefResolver(document)
+            widen_wildcards = '"unevaluated' not in json.dumps(document)
 
         self.comp, self.shapes = Comp, Shapes(Comp.refs)
         self.trivial = lambda schema, c: GrammarBuilder.trivial(self, schema, c)

@@ -12,13 +12,12 @@ on arrays is `{"type": [...], "items": ...}`: a closed array the flat compiler b
 `if` alone (a complement, which brings free-form values in) sent the whole schema to the rules,
 which cannot complement or intersect.
 
-Nothing is narrowed in a document with `unevaluatedProperties`/`unevaluatedItems`: there the
-annotations of the members left out (an `anyOf` member that always holds, say) could count.
+Nothing is narrowed in a document with `unevaluatedProperties`/`unevaluatedItems`, or that reaches a
+metaschema: there the annotations of the members left out (an `anyOf` member that always holds, say)
+could count.
 """
 
 from __future__ import annotations
-
-import json
 
 from sgl_runtime.constrained.json_schema.shapes import (
     ARRAY,
@@ -47,12 +46,8 @@ def narrowed(b, schema, c: str):
     if c not in b.shapes.admits(schema):
         return False
     memo = b.shapes.narrowed
-    if _UNEVALUATED not in memo:
-        try:
-            texts = [json.dumps(doc, default=str) for doc in b.comp.refs.resources.values()]
-        except (RecursionError, TypeError, ValueError):
-            texts = ["unevaluated"]  # unreadable: nothing is narrowed
-        memo[_UNEVALUATED] = any("unevaluated" in text for text in texts)
+    if _UNEVALUATED not in memo:  # the compiler read the document's text once (metaschemas: not read, so kept out)
+        memo[_UNEVALUATED] = not b.comp.widen_wildcards or bool(b.comp.refs.loaded)
     if memo[_UNEVALUATED]:
         return schema
     key = (id(schema), c)
