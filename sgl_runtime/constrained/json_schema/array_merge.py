@@ -14,21 +14,12 @@ items are unique if one conjunct says so. CloudFormation's
 
 from __future__ import annotations
 
-from jsonschema import validators
-
 from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED
-from sgl_runtime.constrained.json_schema.shapes import (
-    ARRAY,
-    OBJECT_KEYWORDS,
-    SCALAR_KEYWORDS,
-    members,
-)
+from sgl_runtime.constrained.json_schema.shapes import ARRAY, ASSERTING, SILENT_ON, members
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
 _MERGED = ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")
-# what says nothing more of an array (the keywords of other categories, `type` as admits() reads it)
-_SILENT = frozenset((*OBJECT_KEYWORDS, *SCALAR_KEYWORDS, "type", "unevaluatedProperties", "dependentSchemas"))
-_ASSERTING = frozenset(validators.Draft202012Validator.VALIDATORS)
+_SILENT = SILENT_ON[ARRAY] | {"type"}  # says nothing more of an array (`type` as admits() reads it)
 
 
 def merged_array(b, schema: dict):
@@ -46,7 +37,7 @@ def merged_array(b, schema: dict):
             return False
         seen.add(id(node))
         single = [k for k in ("anyOf", "oneOf") if k in node and len(members(node, k)) == 1]  # as allOf
-        if any(k in _ASSERTING and k not in (*_MERGED, *_SILENT, "$ref", "allOf", *single) for k in node):
+        if any(k in ASSERTING and k not in (*_MERGED, *_SILENT, "$ref", "allOf", *single) for k in node):
             return False
         found.append(node)
         targets = [b.shapes.target(node)] if "$ref" in node else []

@@ -19,20 +19,8 @@ could count.
 
 from __future__ import annotations
 
-from sgl_runtime.constrained.json_schema.shapes import (
-    ARRAY,
-    ARRAY_KEYWORDS,
-    DYNAMIC,
-    OBJECT,
-    OBJECT_KEYWORDS,
-    SCALAR_KEYWORDS,
-    members,
-)
+from sgl_runtime.constrained.json_schema.shapes import DYNAMIC, OBJECT, SILENT_ON, members
 
-_ELSEWHERE = {  # keywords that say nothing of the category's values
-    OBJECT: frozenset((*ARRAY_KEYWORDS, *SCALAR_KEYWORDS, "unevaluatedItems")),
-    ARRAY: frozenset((*OBJECT_KEYWORDS, *SCALAR_KEYWORDS, "unevaluatedProperties", "dependentSchemas")),
-}
 _CONDITIONAL = ("if", "then", "else")
 _UNEVALUATED = object()  # the memo's key for "the document has unevaluated* keywords"
 
@@ -65,8 +53,8 @@ def _narrowed(b, schema: dict, c: str):
     extra: list = []  # subschemas that join as the last allOf members
     changed = False
     for keyword, value in schema.items():
-        if keyword in _ELSEWHERE[c] or keyword in _CONDITIONAL:
-            changed = changed or keyword in _ELSEWHERE[c]
+        if keyword in SILENT_ON[c] or keyword in _CONDITIONAL:
+            changed = changed or keyword in SILENT_ON[c]
             continue
         if keyword == "not":
             inner = narrowed(b, value, c)

@@ -23,10 +23,8 @@ whose value tells if/then cases apart comes first.
 
 from __future__ import annotations
 
-from jsonschema import validators
-
 from sgl_runtime.constrained.json_schema.presence import presence
-from sgl_runtime.constrained.json_schema.shapes import DYNAMIC, OBJECT, OBJECT_KEYWORDS, literals, members
+from sgl_runtime.constrained.json_schema.shapes import ASSERTING, DYNAMIC, OBJECT, OBJECT_KEYWORDS, literals, members
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
 
 NOT_MERGED = object()
@@ -202,12 +200,9 @@ def _condition(b, conditions: list) -> object:
     return NOT_MERGED if predicate is None else (predicate, keys, tests)
 
 
-_ASSERTING = frozenset(validators.Draft202012Validator.VALIDATORS)  # the rest are annotations
-
-
 def _only(schema: dict, keywords: tuple) -> bool:
     """Whether `schema` says nothing but `keywords` (and annotations)."""
-    return all(k in keywords or k not in _ASSERTING for k in schema)
+    return all(k in keywords or k not in ASSERTING for k in schema)
 
 
 # the cases besides the tested values (key absent, another value), and a test of the key's presence alone

@@ -34,7 +34,7 @@ def object_union(b, part: str, branches: list) -> str:
     """The rule for the objects of `part` (anyOf or oneOf) over `branches` (ConstraintError where
     oneOf's alternatives may overlap)."""
     if part == "oneOf" and not exclusive(b, branches):
-        alternatives = exclusive_alternatives(b, [_resolved(b, branch) for branch in branches])
+        alternatives = exclusive_alternatives(b, [followed_refs(b, branch) for branch in branches])
         if alternatives is None:
             raise ConstraintError(
                 f"oneOf: {len(branches)} alternatives allow objects and the grammar form cannot show that "
@@ -45,7 +45,7 @@ def object_union(b, part: str, branches: list) -> str:
         if len(branches) <= 1:
             return b.node(branches[0], frozenset({OBJECT})) if branches else None
     symbols = []
-    for target in (_resolved(b, branch) for branch in branches):
+    for target in (followed_refs(b, branch) for branch in branches):
         symbols.append(b.container(target, OBJECT) if isinstance(target, dict) else b.node(target, frozenset({OBJECT})))
     return choice(b, part, symbols)
 
@@ -65,7 +65,7 @@ def exclusive(b, branches: list, common: tuple = ()) -> bool:
     object satisfies too), by the keys they require or allow."""
     alternatives = []
     for branch in branches:
-        conjunction = [*common, _resolved(b, branch)]
+        conjunction = [*common, followed_refs(b, branch)]
         if all(s is not False for s in conjunction):  # (False: no object at all)
             alternatives.append([s for s in conjunction if isinstance(s, dict)])
     return all(
@@ -73,7 +73,7 @@ def exclusive(b, branches: list, common: tuple = ()) -> bool:
     )
 
 
-def _resolved(b, schema):
+def followed_refs(b, schema):
     """`schema` with `$ref`s that are all it says followed."""
     for _ in range(64):
         if not isinstance(schema, dict) or "$ref" not in schema or any(k not in _ANNOTATIONS for k in schema):
@@ -226,7 +226,7 @@ def _declared_types(schema: dict) -> set:
 def _disjoint_values(b, x, y) -> bool:
     """Whether no value satisfies both `x` and `y`: listed strings (const/enum) that differ or that
     the other's `not` lists, or kinds (objects, arrays, scalars) or declared types that differ."""
-    x, y = _resolved(b, x), _resolved(b, y)
+    x, y = followed_refs(b, x), followed_refs(b, y)
     if x is None or y is None:
         return False
     if not (b.shapes.admits(x) & b.shapes.admits(y)):

@@ -25,13 +25,9 @@ from collections import Counter
 from itertools import combinations
 from typing import Optional
 
-from jsonschema import validators
-
-from sgl_runtime.constrained.json_schema.shapes import ARRAY_KEYWORDS, OBJECT, SCALAR_KEYWORDS
+from sgl_runtime.constrained.json_schema.shapes import ASSERTING, OBJECT, SILENT_ON
 
 MAX_SHARED_KEYS = 8  # keys several closed alternatives allow (every subset of them is counted)
-_ASSERTING = frozenset(validators.Draft202012Validator.VALIDATORS)
-_SAYS_NOTHING = frozenset((*ARRAY_KEYWORDS, *SCALAR_KEYWORDS))  # on objects
 _CLOSED = frozenset(("type", "properties", "required", "additionalProperties"))
 
 
@@ -64,7 +60,7 @@ def _every_object(b, schema, depth: int) -> bool:
             found = [_every_object(b, s, depth + 1) for s in value] if isinstance(value, list) else [False]
             holds = all(found) if keyword == "allOf" else any(found)
         else:  # `type` admits objects (admits above); annotations say nothing
-            holds = keyword == "type" or keyword in _SAYS_NOTHING or keyword not in _ASSERTING
+            holds = keyword == "type" or keyword in SILENT_ON[OBJECT] or keyword not in ASSERTING
         if not holds:
             return False
     return True
@@ -107,7 +103,7 @@ def _own_keys(b, alternatives: list):
         props, needs = a.get("properties", {}), a.get("required", [])
         if a.get("additionalProperties") is not False or not isinstance(props, dict) or not isinstance(needs, list):
             return None
-        if any(k in _ASSERTING and k not in _CLOSED for k in a):
+        if any(k in ASSERTING and k not in _CLOSED for k in a):
             return None
         allowed.append([k for k, v in props.items() if v is not False])
         required.append(set(needs))

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from jsonschema import validators
+
 from sgl_runtime.constrained.automata import ANY_CHAR, Charset, Dfa, charset
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.values import json_type_of
@@ -43,6 +45,11 @@ STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format")
 SCALAR_KEYWORDS = NUMBER_KEYWORDS + STRING_KEYWORDS
 # in-place applicators whose language needs the universe of all values (a complement)
 COMPLEMENTS = ("not", "if", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems")
+ASSERTING = frozenset(validators.Draft202012Validator.VALIDATORS)  # every other keyword is an annotation
+SILENT_ON = {  # the keywords that say nothing of the values of a category
+    OBJECT: frozenset((*ARRAY_KEYWORDS, *SCALAR_KEYWORDS, "unevaluatedItems")),
+    ARRAY: frozenset((*OBJECT_KEYWORDS, *SCALAR_KEYWORDS, "unevaluatedProperties", "dependentSchemas")),
+}
 DYNAMIC = ("$dynamicRef", "$recursiveRef")
 
 

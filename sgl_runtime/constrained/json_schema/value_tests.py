@@ -22,6 +22,7 @@ import itertools
 from sgl_runtime.constrained.automata import work_budget
 from sgl_runtime.constrained.automata_ops import difference, intersect
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.json_schema.object_union import followed_refs
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, OBJECT, SCALAR
 
 MAX_TESTS_PER_KEY = 3
@@ -62,17 +63,8 @@ def _implied(b, value, sub) -> bool:
     "#/definitions/update/properties/directories"}}, "required": ["directories"]}, ...]` beside that
     very `properties` entry): then the test asks only that the key be present."""
     parts = value["allOf"] if isinstance(value, dict) and set(value) == {"allOf"} else [value]
-    target = _followed(b, sub)
-    return any(_followed(b, part) is target for part in parts)
-
-
-def _followed(b, schema):
-    """`schema` with the `$ref`s that are all it says followed."""
-    for _ in range(64):
-        if not (isinstance(schema, dict) and set(schema) == {"$ref"}):
-            return schema
-        schema = b.shapes.target(schema)
-    return schema
+    target = followed_refs(b, sub)
+    return any(followed_refs(b, part) is target for part in parts)
 
 
 def _scalar_cells(b, key: str, value, facts: list, fact_bits: dict) -> list:
