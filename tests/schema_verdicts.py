@@ -3,10 +3,23 @@ narrowing, oneOf rewrites, array conjunctions and unevaluated conjuncts)."""
 
 from __future__ import annotations
 
+import itertools
+
 import jsonschema
 
 from sgl_runtime.constrained.json_schema.language import schema_to_grammar
 from sgl_runtime.constrained.json_schema.serialize import compact_json
+
+
+def small_objects(keys: list, values: list, three: list) -> list:
+    """`{}`, every object of one or two of `keys` with every pair of `values`, and of three keys in
+    every order with each value triple of `three`."""
+    out: list = [{}]
+    for n in (1, 2, 3):
+        for chosen in itertools.permutations(keys, n):
+            for picked in itertools.product(values, repeat=n) if n < 3 else three:
+                out.append(dict(zip(chosen, picked)))
+    return out
 
 
 def disagreements(schema, instances, orders=lambda instance: [instance]) -> tuple[list, int]:

@@ -6,11 +6,9 @@ one-optional-key objects, Buildkite's notifications sharing an `if` key, Bitbuck
 
 from __future__ import annotations
 
-import itertools
-
 import jsonschema
 import pytest
-from schema_verdicts import disagreements
+from schema_verdicts import disagreements, small_objects
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.language import schema_to_grammar
@@ -144,12 +142,7 @@ KEYS = ["a", "b", "c", "k"]  # VALUES include objects with a key "k"
 
 
 def _objects():
-    out = [{}]
-    for n in (1, 2, 3):
-        for keys in itertools.permutations(KEYS, n):
-            for values in itertools.product(VALUES, repeat=n) if n < 3 else [VALUES[:3], VALUES[3:]]:
-                out.append(dict(zip(keys, values)))
-    return out
+    return small_objects(KEYS, VALUES, [VALUES[:3], VALUES[3:]])
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from schema_verdicts import disagreements
+from schema_verdicts import disagreements, small_objects
 
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.language import schema_to_grammar
@@ -62,12 +62,7 @@ KEYS = ["a", "b", "c", "v", "x-1", "$ref"]
 
 
 def _objects():
-    out = [{}]
-    for n in (1, 2, 3):
-        for keys in itertools.permutations(KEYS, n):
-            for values in itertools.product(VALUES, repeat=n) if n < 3 else [VALUES[:3], VALUES[1:]]:
-                out.append(dict(zip(keys, values)))
-    return out
+    return small_objects(KEYS, VALUES, [VALUES[:3], VALUES[1:]])
 
 
 def _orders(instance):
