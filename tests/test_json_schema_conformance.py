@@ -68,3 +68,16 @@ def test_compact_serialisation_orders_keys_by_schema():
     schema = {"properties": {"b": {"properties": {"y": {}, "x": {}}}, "a": {}}}
     text = compact_json({"z": "é", "a": 1, "b": {"x": 1, "y": [1.5]}}, schema)
     assert text == '{"b":{"y":[1.5],"x":1},"a":1,"z":"é"}'
+
+
+def test_compact_serialisation_orders_undeclared_keys_values_by_their_schema():
+    """An undeclared key's value follows the patternProperties entry its name matches, else
+    additionalProperties, also where only a oneOf branch that allows objects says so."""
+    from sgl_runtime.constrained.json_schema.serialize import compact_json
+
+    job = {"type": "object", "properties": {"name": {}, "uses": {}}}
+    jobs = {"patternProperties": {"^j": job}, "additionalProperties": {"properties": {"b": {}, "a": {}}}}
+    value = {"j1": {"uses": 1, "name": 2}, "k": {"a": 1, "b": 2}}
+    assert compact_json(value, jobs) == '{"j1":{"name":2,"uses":1},"k":{"b":2,"a":1}}'
+    branches = {"oneOf": [{"type": "array"}, {"type": "object", "additionalProperties": job}]}
+    assert compact_json({"x": {"uses": 1, "name": 2}}, branches) == '{"x":{"name":2,"uses":1}}'

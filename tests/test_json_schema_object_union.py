@@ -1,8 +1,9 @@
 """anyOf / oneOf over several object alternatives in the grammar form (object_union.py): the
 language agrees with jsonschema on recursive condition trees and on discriminated unions with
 free-form payloads, sampling through the Qwen2.5 vocabulary only yields valid instances, and
-what the grammar form cannot keep exact (overlapping oneOf alternatives, alternatives the parser
-or the lexer cannot tell apart) is refused naming the keyword."""
+what the grammar form cannot keep exact (overlapping oneOf alternatives, alternatives whose terminals
+the lexer cannot tell apart) is refused naming the keyword. Alternatives the LALR(1) parser cannot
+tell apart by the next token are followed each way (grammar/forking.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import random
 import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
+from schema_verdicts import disagreements, small_objects
 from tiny_vocab import mask_bits
 
 from sgl_runtime.constrained import compile_constraint
@@ -114,8 +116,9 @@ def qwen():
     return tok, Vocabulary.from_tokenizer(tok)
 
 
-@pytest.mark.parametrize("schema", [_tree("oneOf"), SHAPES], ids=["tree", "shapes"])
+@pytest.mark.parametrize("schema", [_tree("oneOf"), SHAPES, "same first key"], ids=["tree", "shapes", "late"])
 def test_sampling_object_unions_through_qwen_yields_valid_instances(qwen, schema):
+    schema = LATE[schema] if isinstance(schema, str) else schema
     tok, vocab = qwen
     constraint = compile_constraint("json_schema", schema, tok)
     validator = Draft202012Validator(schema)
@@ -151,6 +154,10 @@ def test_sampling_object_unions_through_qwen_yields_valid_instances(qwen, schema
 SELF = {"type": "array", "items": {"$ref": "#"}}  # recursion: the grammar form
 
 
+def _closed_self(key: str, **more) -> dict:
+    return {"type": "object", "properties": {key: SELF, **more}, "additionalProperties": False}
+
+
 @pytest.mark.parametrize(
     "schema, match",
     [
@@ -162,15 +169,6 @@ SELF = {"type": "array", "items": {"$ref": "#"}}  # recursion: the grammar form
                 ]
             },
             "oneOf: 2 alternatives allow objects and the grammar form cannot show that they exclude",
-        ),
-        (  # both alternatives allow {}: the parser cannot choose at `}`
-            {
-                "anyOf": [
-                    {"type": "object", "properties": {"a": SELF}, "additionalProperties": False},
-                    {"type": "object", "properties": {"b": SELF}, "additionalProperties": False},
-                ]
-            },
-            "anyOf: the grammar form cannot tell the alternatives apart",
         ),
         (  # any key in the first, the key "a" in the second: one terminal's text begins the other's
             {
@@ -187,6 +185,37 @@ def test_unions_the_grammar_form_cannot_keep_exact_are_refused(schema, match):
     """(compile_schema then falls back to one automaton with its documented depth bound.)"""
     with pytest.raises(ConstraintError, match=match):
         schema_to_grammar(schema)
+
+
+LATE = {
+    # both allow {}: the parser cannot choose at `}` (two parses of one text)
+    "both allow {}": {"anyOf": [_closed_self("a"), _closed_self("b")]},
+    # the first key and its value are the same in both; which alternative shows at a later key
+    "same first key": {
+        "oneOf": [
+            {**_closed_self("x", a={"type": "string"}, k=SELF), "required": ["x"]},
+            {**_closed_self("y", a={"type": "string"}, k=SELF), "required": ["y"]},
+        ]
+    },
+    # the same key with a value of another kind in each, then keys of their own
+    "same key, other values": {
+        "anyOf": [_closed_self("b", a={"type": "string"}), _closed_self("c", a={"type": "array", "items": SELF})]
+    },
+}
+LATE_KEYS = ["a", "b", "k", "x", "y"]
+LATE_VALUES = ["s", [], [{}], [{"a": []}], 1]  # SELF's items are the root schema's values
+
+
+@pytest.mark.parametrize("name", sorted(LATE))
+def test_alternatives_the_parser_tells_apart_late_are_exact(name):
+    """Object alternatives whose rules share a first pair, or objects, are LALR(1) conflicts: each
+    way is followed (grammar/forking.py), and the language agrees with jsonschema on every object of
+    up to three keys."""
+    schema = LATE[name]
+    assert isinstance(schema_to_grammar(schema), SchemaGrammar)
+    wrong, valid = disagreements(schema, small_objects(LATE_KEYS, LATE_VALUES, [["s", [], 1], [[{}], "s", []]]))
+    assert wrong == [], wrong[:5]
+    assert valid >= 7
 
 
 def test_strict_lalr_refuses_a_shift_reduce_conflict_lark_would_resolve_silently():

@@ -21,7 +21,7 @@ from typing import Any, Optional, Protocol
 
 import numpy as np
 
-from sgl_runtime.constrained.grammar.engine import GrammarState
+from sgl_runtime.constrained.grammar.engine import Forks, GrammarState
 from sgl_runtime.constrained.jump_forward import tokenize_forced
 
 
@@ -30,6 +30,8 @@ class _Grammar(Protocol):
 
     engine: Any
     vocabulary: Any
+
+    def at_eof(self, state) -> bool: ...
 
 
 CHECK_TOKENS = 40
@@ -49,8 +51,11 @@ class GrammarCompletion:
         vocab = constraint.vocabulary  # bytes with a one-byte token: the completion uses only these
         self._byte_ok = np.array([bool(vocab.ids_for_bytes(bytes([b]))) for b in range(256)])
 
-    def tokens(self, state: GrammarState) -> Optional[list[int]]:
-        """Token ids of a completion from `state` ([] if the text is a sentence), None if none found."""
+    def tokens(self, state) -> Optional[list[int]]:
+        """Token ids of a completion from `state` ([] if the text is a sentence), None if none found
+        (from Forks: the first of its members' that is found)."""
+        if isinstance(state, Forks):
+            return next((plan for plan in map(self.tokens, state) if plan is not None), None)
         hit = self._cache.get(state, False)
         if hit is False:
             data = self.completion_bytes(state)
@@ -78,16 +83,14 @@ class GrammarCompletion:
                     return path
                 bits = np.unpackbits(c.forced._bytes.mask(s).view(np.uint8), bitorder="little")
                 for b in np.nonzero(bits[:256].astype(bool) & self._byte_ok)[0].tolist():
-                    nxt = engine.feed(s, bytes([b]))
-                    if nxt is None:
-                        continue
-                    nxt = _no_blanks(nxt, engine)
-                    key = nxt.bare()  # the path itself is fed with them: a repeated item is still rejected
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    f = g + 1 + DEPTH_WEIGHT * len(nxt.stack)
-                    heapq.heappush(heap, (f, next(tie), g + 1, nxt, path + bytes([b])))
+                    for nxt in engine.feed_all(s, bytes([b])):
+                        nxt = _no_blanks(nxt, engine)
+                        key = nxt.bare()  # the path itself is fed with them: a repeated item is still rejected
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        f = g + 1 + DEPTH_WEIGHT * len(nxt.stack)
+                        heapq.heappush(heap, (f, next(tie), g + 1, nxt, path + bytes([b])))
         return None
 
     def _tokenize(self, state: GrammarState, data: bytes) -> Optional[list[int]]:
@@ -101,7 +104,7 @@ class GrammarCompletion:
                 s = c.step(s, i)
                 if s is None:
                     break
-            if ids and s is not None and self.engine.at_eof(s):
+            if ids and s is not None and c.at_eof(s):
                 return ids
         return None
 

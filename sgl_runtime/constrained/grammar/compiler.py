@@ -25,7 +25,7 @@ import numpy as np
 from sgl_runtime.constrained.constraint import Constraint
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.budget import CHECK_TOKENS, MARGIN, GrammarCompletion
-from sgl_runtime.constrained.grammar.engine import GrammarEngine, GrammarState
+from sgl_runtime.constrained.grammar.engine import Forks, GrammarEngine, GrammarState
 from sgl_runtime.constrained.grammar.forced import ForcedTokens
 from sgl_runtime.constrained.grammar.frames import at_bound, closing_quote, firsts, is_keys, rests
 from sgl_runtime.constrained.grammar.source import build_parser
@@ -34,6 +34,7 @@ from sgl_runtime.constrained.matcher import Matcher
 from sgl_runtime.constrained.vocabulary import Vocabulary
 
 _OPTIONS = {"start", "max_ignore_bytes", "max_ignored_run", "warmup_s", "syntax"}
+MAX_FORKS = 64  # parses of one text a forking grammar follows at once
 
 
 def compile_grammar(spec: str, vocabulary: Vocabulary, **options: Any) -> "GrammarConstraint":
@@ -86,14 +87,25 @@ class GrammarConstraint(Constraint):
         except UnicodeEncodeError:
             return False
         with self._lock:
-            state = self.engine.feed(self.engine.initial, data)
-            return state is not None and self.engine.at_eof(state)
+            return any(self.engine.at_eof(s) for s in self.engine.feed_all(self.engine.initial, data))
 
     def matcher(self) -> "GrammarMatcher":
         return GrammarMatcher(self, self.engine.initial)
 
-    def bitmask(self, state: GrammarState) -> np.ndarray:
-        """Read-only packed mask for `state`, EOS bits set iff the text may end here."""
+    def at_eof(self, state) -> bool:
+        """Whether the text that reached `state` (a GrammarState or Forks) is a sentence."""
+        with self._lock:
+            return any(self.engine.at_eof(s) for s in members(state))
+
+    def bitmask(self, state) -> np.ndarray:
+        """Read-only packed mask for `state`, EOS bits set iff the text may end here (of Forks:
+        the union of its members' masks)."""
+        if isinstance(state, Forks):
+            union = self.bitmask(state[0]).copy()
+            for member in state[1:]:
+                union |= self.bitmask(member)
+            union.flags.writeable = False
+            return union
         with self._lock:
             repeats = self.engine.frames_matter(state)  # the exact state (items or keys seen, item text)
             key = state if repeats else self.masks.canonical(state.bare())
@@ -112,14 +124,19 @@ class GrammarConstraint(Constraint):
                 self._cache.popitem(last=False)
             return mask
 
-    def step(self, state: GrammarState, token_id: int) -> Optional[GrammarState]:
-        """The state after a non-EOS token, or None if the token is not allowed there."""
+    def step(self, state, token_id: int):
+        """The state after a non-EOS token, or None if the token is not allowed there (from or to
+        Forks where a forking grammar's text parses several ways)."""
         data = self.vocabulary.token_bytes[token_id] if 0 <= token_id < self.vocabulary.size else None
         if not data:
             return None
+        engine = self.engine
         with self._lock:
-            nxt = self.engine.feed(state, data)
-            return nxt if nxt is not None and self.engine.viable(nxt) else None
+            if not engine.forking:
+                nxt = engine.feed(state, data)
+                return nxt if nxt is not None and engine.viable(nxt) else None
+            found = [nxt for s in members(state) for nxt in engine.feed_all(s, data) if engine.viable(nxt)]
+        return joined(found)
 
     def eos_only_mask(self) -> np.ndarray:
         mask = np.zeros(self.vocabulary.num_words, dtype=np.int32)
@@ -230,7 +247,7 @@ class GrammarMatcher(Matcher):
             plan = self.constraint.completion.tokens(self.state)
         if plan is None or len(plan) + MARGIN < remaining or len(plan) > remaining:
             return None  # room left, or no completion fits (best prefix)
-        if self.state.frames and not self._plan_keeps_items_unique(plan):
+        if any(s.frames for s in members(self.state)) and not self._plan_keeps_items_unique(plan):
             return None
         self.plan = plan
         return plan
@@ -273,8 +290,7 @@ class GrammarMatcher(Matcher):
     def is_accepting(self) -> bool:
         if self.finished:
             return True
-        with self.constraint._lock:
-            return self.constraint.engine.at_eof(self.state)
+        return self.constraint.at_eof(self.state)
 
     def is_terminated(self) -> bool:
         if self.finished:
@@ -290,6 +306,8 @@ class GrammarMatcher(Matcher):
         plan = self._budget_plan()
         if plan:
             return list(plan)  # the budget forces the whole completion
+        if isinstance(self.state, Forks):
+            return []  # nothing is forced while the text parses several ways
         ids = self.constraint.forced.token_ids(self.state)
         if ids and self.budget is not None and self.budget - self.consumed <= CHECK_TOKENS:
             state = self.state
@@ -303,12 +321,25 @@ class GrammarMatcher(Matcher):
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""
-        return "" if self.finished else self.constraint.forced.string(self.state)
+        return "" if self.finished or isinstance(self.state, Forks) else self.constraint.forced.string(self.state)
 
     def copy(self) -> "GrammarMatcher":
         twin = GrammarMatcher(self.constraint, self.state, self.finished)
         twin.budget, twin.consumed, twin.plan = self.budget, self.consumed, self.plan
         return twin
+
+
+def members(state) -> tuple:
+    """The grammar states of `state` (a GrammarState, or Forks)."""
+    return state if isinstance(state, Forks) else (state,)
+
+
+def joined(states: list):
+    """The distinct `states` as one: None if there are none, the state if one, else Forks."""
+    distinct = tuple(dict.fromkeys(states))
+    if len(distinct) > MAX_FORKS:
+        raise ConstraintError(f"the grammar's text parses more than {MAX_FORKS} ways at once")
+    return None if not distinct else distinct[0] if len(distinct) == 1 else Forks(distinct)
 
 
 def _set_bits(mask: np.ndarray, ids: np.ndarray) -> None:

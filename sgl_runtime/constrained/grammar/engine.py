@@ -27,13 +27,13 @@ from lark.lexer import UnlessCallback
 from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar import frames as array_frames
-from sgl_runtime.constrained.grammar.frames import CLOSE, ITEM, OPEN, OPEN_VALUES, firsts, is_keys, key_firsts
+from sgl_runtime.constrained.grammar.frames import CLOSE, ITEM, OPEN, OPEN_VALUES, is_keys
 from sgl_runtime.constrained.grammar.lexer import ACCEPT, CLOSE_BEFORE, CLOSE_HERE, DEAD, LexerContext
 from sgl_runtime.constrained.grammar.parser import LalrStacks
+from sgl_runtime.constrained.grammar.repeats import ESCAPE_FEEDS, repeats_only
 from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
 
-__all__ = ["CLOSE", "ITEM", "OPEN", "OPEN_VALUES", "GrammarEngine", "GrammarState"]
-ESCAPE_FEEDS = 20_000  # scalar steps one repeat check may take (beyond: the prefix counts as a dead end)
+__all__ = ["CLOSE", "ITEM", "OPEN", "OPEN_VALUES", "Forks", "GrammarEngine", "GrammarState"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class GrammarState:
         """This state without its unique-array bookkeeping (`token`, `frames`), which the lexer
         and parser, and so the masks before repeats are checked, do not read."""
         return replace(self, token=b"", frames=()) if self.frames or self.token else self
+
+
+class Forks(tuple):
+    """The distinct states (at least two) of the parses one text has in a forking grammar
+    (grammar/forking.py): a token is allowed where it is allowed in one of them."""
 
 
 class GrammarEngine:
@@ -77,6 +82,7 @@ class GrammarEngine:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
         self.parser = LalrStacks(parser, start, default_reductions=default_reductions)
+        self.forking = bool(self.parser.forks)  # a table with conflicts kept: text may parse several ways
         self.type_names = [t.name for t in parser.terminals]
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
         self.poison = len(self.type_names)
@@ -108,7 +114,7 @@ class GrammarEngine:
         self._given = frozenset(terminal_dfas or ())  # terminals whose lark pattern is a placeholder
         self.has_counted = any(isinstance(d, CountedDFA) for d in self._dfa_cache.values())  # long strings
         self._allowed: dict = {}
-        self._probes: dict = {}  # (context, lexer state) -> the bytes a repeat check tries there
+        self.probes: dict = {}  # (context, lexer state) -> the bytes a repeat check tries there (repeats.py)
         self._validate()
         self.initial = GrammarState(self.parser.initial, 0, self.context(self.parser.initial).initial, b"")
 
@@ -147,6 +153,16 @@ class GrammarEngine:
             self._allowed[key] = bits
         return bits
 
+    def close_all(self, stack: tuple, ignored: int, token_type: int) -> list:
+        """Every (stack, ignored count) after a token of `token_type` closes ([] if rejected): one
+        per way through a forking grammar's conflicts, else `close`'s one."""
+        if not self.forking or token_type in self.ignored_types:
+            closed = self.close(stack, ignored, token_type)
+            return [] if closed is None else [closed]
+        if token_type == self.poison or token_type < 0:
+            return []
+        return [(st, 0) for st in self.parser.feed_all(stack, self.type_names[token_type])]
+
     def close(self, stack: tuple, ignored: int, token_type: int) -> Optional[tuple]:
         """(stack, ignored count) after a token of `token_type` closes, or None if rejected."""
         if token_type == self.poison or token_type < 0:
@@ -158,26 +174,36 @@ class GrammarEngine:
 
     # ---- scalar semantics -------------------------------------------------------------------
 
-    def close_token(self, stack: tuple, ignored: int, frames: tuple, token_type: int, text: bytes):
-        """(stack, ignored count, frames) after a token of `token_type` spelled `text` closes, or
-        None if rejected (by the parser, or as a repeated item of a unique array)."""
+    def close_token(self, stack: tuple, ignored: int, frames: tuple, token_type: int, text: bytes) -> list:
+        """Every (stack, ignored count, frames) after a token of `token_type` spelled `text`
+        closes ([] if rejected, by the parser or as a repeated item of a unique array); more than
+        one only through a forking grammar's conflicts."""
         if not self.unique_rules or token_type in self.ignored_types:
-            closed = self.close(stack, ignored, token_type)
-            return None if closed is None else (*closed, frames)
+            return [(*closed, frames) for closed in self.close_all(stack, ignored, token_type)]
         if token_type == self.poison or token_type < 0:
-            return None
-        fed = self.parser.feed_marked(stack, self.type_names[token_type], self.unique_rules)
-        if fed is None:
-            return None
-        stack, events = fed
-        if events:
-            frames = array_frames.after(frames, events, text)
-            if frames is None:
-                return None
-        return stack, 0, frames
+            return []
+        out = []
+        for after_stack, events in self.parser.feed_all(stack, self.type_names[token_type], self.unique_rules):
+            after = array_frames.after(frames, events, text) if events else frames
+            if after is not None:
+                out.append((after_stack, 0, after))
+        return out
 
     def feed(self, state: GrammarState, data: bytes) -> Optional[GrammarState]:
-        """The state after `data`, or None where no token / parse is possible."""
+        """The state after `data`, or None where no token / parse is possible (a forking grammar
+        is fed with `feed_all`)."""
+        return self._feed(state, data, None)
+
+    def feed_all(self, state: GrammarState, data: bytes) -> list:
+        """Every state after `data` ([] where no token / parse is possible): one per parse of a
+        forking grammar (grammar/forking.py), else `feed`'s one."""
+        forks: list = []
+        state = self._feed(state, data, forks)
+        return forks if state is None else [state]
+
+    def _feed(self, state: GrammarState, data: bytes, forks: Optional[list]) -> Optional[GrammarState]:
+        """`feed`; where a token closes more than one way, the states of each way are added to
+        `forks` (None: a ConstraintError) and None is returned."""
         stack, ignored, x, tail = state.stack, state.ignored, state.lex, state.tail
         token, frames = state.token, state.frames
         ctx = self.context(stack)
@@ -191,12 +217,14 @@ class GrammarEngine:
             if code == DEAD:
                 return None
             if code == CLOSE_BEFORE or code == CLOSE_HERE:
-                if self.unique_rules:
+                if self.unique_rules or self.forking:
                     text = token + buf[i : i + 1] if code == CLOSE_HERE else token[: len(token) - len(tail)]
-                    closed = self.close_token(stack, ignored, frames, row[2][c], text)
-                    if closed is None:
+                    ways = self.close_token(stack, ignored, frames, row[2][c], text)
+                    if len(ways) != 1:
+                        if ways:
+                            self._fork(ways, tail + buf[i:] if code == CLOSE_BEFORE else buf[i + 1 :], forks)
                         return None
-                    stack, ignored, frames = closed
+                    stack, ignored, frames = ways[0]
                 else:
                     closed = self.close(stack, ignored, row[2][c])
                     if closed is None:
@@ -220,6 +248,15 @@ class GrammarEngine:
             i += 1
         return GrammarState(stack, ignored, x, tail, token, frames)
 
+    def _fork(self, ways: list, rest: bytes, forks: Optional[list]) -> None:
+        """Feed `rest` from each way a token closed (stack, ignored count, frames) into `forks`."""
+        if forks is None:
+            raise ConstraintError("a forking grammar's text is fed with feed_all")
+        for stack, ignored, frames in ways:
+            forks.extend(
+                self.feed_all(GrammarState(stack, ignored, self.context(stack).initial, b"", b"", frames), rest)
+            )
+
     def frames_matter(self, state: GrammarState) -> bool:
         """Whether the masks of `state` depend on its frames, not only on the lexer and parser: an
         array's unique items or last item, or an object's keys where the token read may be a key."""
@@ -229,7 +266,7 @@ class GrammarEngine:
 
     def viable(self, state: GrammarState, budget: Optional[list] = None) -> bool:
         """Whether some continuation of the text read so far is a sentence."""
-        if state.frames and self._repeats_only(state, budget or [ESCAPE_FEEDS]):
+        if state.frames and repeats_only(self, state, budget or [ESCAPE_FEEDS]):
             return False
         ctx = self.context(state.stack)
         x = state.lex
@@ -257,25 +294,9 @@ class GrammarEngine:
         ctx = self.context(state.stack)
         token_type = int(ctx.wtype[state.lex])
         text = state.token[: len(state.token) - len(state.tail)]
-        closed = self.close_token(state.stack, state.ignored, state.frames, token_type, text)
-        if closed is None:
-            return False
-        nxt = GrammarState(closed[0], closed[1], self.context(closed[0]).initial, b"", b"", closed[2])
-        if state.tail:
-            nxt = self.feed(nxt, state.tail)
-        return nxt is not None and then(nxt)
-
-    def _repeats_only(self, state: GrammarState, budget: list) -> bool:
-        """Whether an open unique array's current item can now only end as one of its earlier
-        items (its text is a prefix of theirs and no byte leads off them to a viable text)."""
-        for j, frame in enumerate(state.frames):
-            ahead = firsts(frame, state.token)
-            if ahead is not None and not self._escapes(state, j, ahead, budget):
-                return True
-        j = self.key_frame(state)
-        if j >= 0:
-            ahead = key_firsts(state.frames[j][0], state.token)
-            if ahead is not None and not self._escapes(state, j, ahead, budget):
+        for stack, ignored, frames in self.close_token(state.stack, state.ignored, state.frames, token_type, text):
+            nxt = GrammarState(stack, ignored, self.context(stack).initial, b"", b"", frames)
+            if any(then(s) for s in (self.feed_all(nxt, state.tail) if state.tail else [nxt])):
                 return True
         return False
 
@@ -292,68 +313,6 @@ class GrammarEngine:
                     return -1
                 return j if self.allowed_bits(state.stack, state.ignored) & self._key_bits else -1
         return -1
-
-    def _item_firsts(self, state: GrammarState, j: int) -> Optional[set]:
-        """`firsts` of frame j in `state` (an object's: its keys, where a key is being read)."""
-        frame = state.frames[j]
-        if not is_keys(frame):
-            return firsts(frame, state.token)
-        return key_firsts(frame[0], state.token) if self.key_frame(state) == j else None
-
-    def _escapes(self, state: GrammarState, j: int, ahead: set, budget: list) -> bool:
-        """Whether frame j's item can leave the earlier items it may still become (`firsts`: the
-        bytes that go on along one): a depth-first walk along their bytes, trying at each step the
-        bytes that lead off them (one per byte class where the class decides alone) for a viable
-        state."""
-        seen = state.frames[j][0]
-        todo = [(state, ahead)]
-        while todo:
-            s, ahead = todo.pop()
-            for b in self._probe_bytes(s, ahead):
-                budget[0] -= 1
-                if budget[0] < 0:
-                    return False
-                nxt = self.feed(s, bytes((b,)))
-                if nxt is None:
-                    continue
-                frames = nxt.frames
-                ended = len(frames) <= j or frames[j][0] is not seen
-                if ended or (frames[j][1] is None and not is_keys(frames[j])):
-                    if self.viable(nxt, budget):  # the item ended, and not as an earlier one
-                        return True
-                    continue
-                more = self._item_firsts(nxt, j)
-                if more is None:
-                    if self.viable(nxt, budget):
-                        return True
-                elif b in ahead:
-                    todo.append((nxt, more))
-        return False
-
-    def _probe_bytes(self, state: GrammarState, firsts: set) -> list:
-        """The bytes to try from `state`: those in `firsts`, and of the others one per lexer byte
-        class that continues or closes the token here (all of a class that closes before it,
-        since the next context lexes that byte again); the bytes off the earlier items first."""
-        ctx = self.context(state.stack)
-        key = (id(ctx), state.lex)
-        probes = self._probes.get(key)
-        if probes is None:
-            row = ctx.rows[state.lex] or ctx.build_row(state.lex)
-            codes, classes = row[0], ctx.class_list
-            live = [b for b in range(256) if codes[classes[b]] != DEAD]
-            by_class: dict = {}
-            for b in live:
-                by_class.setdefault(classes[b], []).append(b)
-            probes = (frozenset(live), [(bs, codes[c] == CLOSE_BEFORE) for c, bs in by_class.items()])
-            if len(self._probes) > 65536:
-                self._probes.clear()
-            self._probes[key] = probes
-        live, groups = probes
-        out = []
-        for members, each in groups:
-            off = [b for b in members if b not in firsts]
-            out.extend(off if each else off[:1])
-        return out + [b for b in firsts if b in live]
 
     def _validate(self) -> None:
         """Fail at compile time, not at a later mask, on terminals the engine cannot run."""

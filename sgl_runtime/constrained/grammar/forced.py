@@ -58,9 +58,11 @@ class ForcedTokens:
                 allowed = np.nonzero(bits[:256])[0]
                 if len(allowed) != 1:
                     break
+                ways = engine.feed_all(s, bytes((int(allowed[0]),)))
+                if len(ways) != 1:
+                    break  # a forking grammar's parses part here: nothing more is forced
                 out.append(int(allowed[0]))
-                s = engine.feed(s, bytes(out[-1:]))
-                s = replace(s, ignored=engine.max_ignored_run)  # still no blanks
+                s = replace(ways[0], ignored=engine.max_ignored_run)  # still no blanks
         return whole_characters(bytes(out))
 
     def string(self, state: GrammarState) -> str:

@@ -10,6 +10,10 @@ after each shift (what any lookahead would do), so the stack's top state, whose 
 the next token's lexer context, is one that shifts: its context holds only the terminals of that
 position, not the union of lookaheads LALR merges into a shared completed rule (generated JSON
 Schema grammars rely on this; a lark grammar keeps lark's contexts).
+
+A table built with conflicts kept (grammar/forking.py: `table.forks`) is followed with
+`feed_all`, which returns one stack per way the terminal can be taken; `feed` then refuses to
+choose. A state with a conflict is never reduced by default.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from typing import Optional
 
 from lark.parsers.lalr_analysis import Shift
 
+from sgl_runtime.constrained.errors import ConstraintError
+
 END = "$END"
 SHIFT = "shift"  # feed_marked: where the terminal is shifted
 Stack = tuple
+MAX_FORK_STEPS = 10_000  # actions one feed_all may take through a forking table's conflicts
 
 
 class LalrStacks:
@@ -32,10 +39,13 @@ class LalrStacks:
         self.states = table.states  # {state: {symbol: (action, arg)}}
         self.start = start
         self.end_state = table.end_states[start]
+        self.forks: dict = getattr(table, "forks", {})  # {state: {terminal: (action, ...)}}
         self.uniform: dict = {}  # state -> the reduction it makes on any lookahead (default_reductions)
         if default_reductions:
             for state, row in self.states.items():
                 actions = {id(arg) for kind, arg in row.values() if kind is not Shift}
+                if state in self.forks:
+                    continue
                 if row and len(actions) == 1 and all(kind is not Shift for kind, _ in row.values()):
                     rule = next(iter(row.values()))[1]
                     if rule.origin.name != start:
@@ -48,6 +58,51 @@ class LalrStacks:
         """The stack after `terminal` (name), or None when the parser rejects it."""
         return self._feed(stack, terminal, None, None)
 
+    def feed_all(self, stack: Stack, terminal: str, marks: Optional[dict] = None) -> list:
+        """Every stack after `terminal` ([] when the parser rejects it), one per way through the
+        conflicts of a forking table; with `marks`, (stack, events) pairs as `feed_marked` gives."""
+        if not self.forks:
+            if marks is None:
+                st = self._feed(stack, terminal, None, None)
+                return [] if st is None else [st]
+            fed = self.feed_marked(stack, terminal, marks)
+            return [] if fed is None else [fed]
+        out: dict = {}
+        todo: list = [(list(stack), [])]
+        steps = MAX_FORK_STEPS
+        while todo:
+            st, events = todo.pop()
+            steps -= 1
+            if steps < 0:
+                raise ConstraintError(
+                    f"the grammar's conflicts on {terminal} lead to more than {MAX_FORK_STEPS} reductions"
+                )
+            top = st[-1]
+            options = self.forks.get(top, {}).get(terminal)
+            if options is None:
+                action = self.states[top].get(terminal)
+                options = () if action is None else (action,)
+            for kind, arg in options:
+                nxt, ev = list(st), list(events)
+                if kind is Shift:
+                    nxt.append(arg)
+                    if marks is not None:
+                        ev.append(SHIFT)
+                    done = self._settle(nxt, marks, ev if marks is not None else None)
+                    out.setdefault((done, tuple(ev)), None)
+                    continue
+                size = len(arg.expansion)
+                if size:
+                    del nxt[-size:]
+                nxt.append(self.states[nxt[-1]][arg.origin.name][1])
+                if marks is not None and arg.origin.name in marks:
+                    ev.append(marks[arg.origin.name])
+                if terminal == END and nxt[-1] == self.end_state:
+                    out.setdefault((tuple(nxt), tuple(ev)), None)
+                    continue
+                todo.append((nxt, ev))
+        return list(out) if marks is not None else list(dict.fromkeys(st for st, _ in out))
+
     def feed_marked(self, stack: Stack, terminal: str, marks: dict) -> Optional[tuple[Stack, tuple]]:
         """`feed`, and what happened on the way: `marks[rule name]` for each reduction of a marked
         rule and SHIFT where the terminal is shifted, in order (None when the parser rejects it)."""
@@ -56,6 +111,8 @@ class LalrStacks:
         return None if st is None else (st, tuple(events))
 
     def _feed(self, stack: Stack, terminal: str, marks: Optional[dict], events: Optional[list]) -> Optional[Stack]:
+        if self.forks:
+            raise ConstraintError("a forking grammar table is fed with feed_all")
         states = self.states
         st = list(stack)
         while True:
@@ -121,7 +178,8 @@ class LalrStacks:
         if hit is not None:
             self._accepted.move_to_end(stack)
             return hit
-        names = frozenset(t for t in self.states[stack[-1]] if (t.isupper() or t == END) and self._advances(stack, t))
+        advances = self._advances if not self.forks else lambda st, t: bool(self.feed_all(st, t))
+        names = frozenset(t for t in self.states[stack[-1]] if (t.isupper() or t == END) and advances(stack, t))
         self._accepted[stack] = names
         if len(self._accepted) > self._cache_size:
             self._accepted.popitem(last=False)

@@ -4,8 +4,8 @@ The engine's contextual lexer (lexer.py) gives a position to the first terminal 
 state that matches, so two terminals of one state where a string of one is a prefix of (or
 equal to) a string of the other would hide one of them: text that only the hidden one leads to
 would be rejected. Grammars built so that such terminals never meet need no check; one that
-unites rules of several schemas (json_schema/object_union.py) is checked here, together with
-lark's strict LALR(1) table, before it is used.
+unites rules of several schemas (json_schema/object_union.py) is checked here before it is used
+(its LALR(1) conflicts are followed each way, grammar/forking.py).
 """
 
 from __future__ import annotations

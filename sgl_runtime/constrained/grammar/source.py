@@ -21,6 +21,7 @@ from lark.lexer import PatternStr, TerminalDef
 from lark.load_grammar import Grammar
 
 from sgl_runtime.constrained.errors import ConstraintError
+from sgl_runtime.constrained.grammar.forking import ForkingLalrParser
 from sgl_runtime.constrained.grammar.gbnf_build import build_gbnf_parser
 from sgl_runtime.constrained.grammar.gbnf_syntax import looks_like_gbnf
 
@@ -83,13 +84,18 @@ def build_parser(
     return build_gbnf_parser(text)
 
 
-def build_lark(text: str, start: str = "start", placeholders: bool = False, strict: bool = False) -> lark.Lark:
+def build_lark(
+    text: str, start: str = "start", placeholders: bool = False, strict: bool = False, forking: bool = False
+) -> lark.Lark:
     """An LALR parser with lark's contextual lexer (the reference every mask is exact against).
     placeholders: every terminal stands for an automaton given to the engine (a JSON Schema's
     grammar form), so lark's own checks of terminal regexes (their overlaps, found with
     interegular per lexer context) are skipped; the engine checks what it runs. strict: an LALR(1)
-    conflict is an error (lark otherwise resolves shift/reduce conflicts as shift)."""
-    plugins = {"ContextualLexer": _PlaceholderLexer} if placeholders else {}
+    conflict is an error (lark otherwise resolves shift/reduce conflicts as shift). forking: every
+    action of a conflict is kept for the engine to follow (grammar/forking.py; no conflict refused)."""
+    plugins: dict = {"ContextualLexer": _PlaceholderLexer} if placeholders else {}
+    if forking:
+        plugins["LALR_Parser"] = ForkingLalrParser
     grammar = (placeholder_grammar(text) if placeholders else None) or text
     try:
         parser = lark.Lark(grammar, parser="lalr", lexer="contextual", start=start, strict=strict, _plugins=plugins)

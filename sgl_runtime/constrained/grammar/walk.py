@@ -266,18 +266,13 @@ class MaskBuilder:
             elif ctx.winner[s] >= 0 and not ctx.at_accept[s] and not ctx.is_fresh(s):
                 ids.append(self._pending_rows(state, s, g))
         for t, in_tail, g in run.closes:
-            closed = engine.close(state.stack, state.ignored, t)
-            if closed is None:
-                continue
-            nxt = GrammarState(closed[0], closed[1], engine.context(closed[0]).initial, b"")
-            if in_tail:
-                nxt = engine.feed(nxt, state.tail)
-                if nxt is None:
-                    continue
-            if g.packed is not None:  # whole tokens: the next state's own mask, restricted
-                packed.append(self._state_mask(nxt) & g.packed)
-            else:
-                self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
+            for stack, ignored in engine.close_all(state.stack, state.ignored, t):  # one unless forking
+                start = GrammarState(stack, ignored, engine.context(stack).initial, b"")
+                for nxt in engine.feed_all(start, state.tail) if in_tail else [start]:
+                    if g.packed is not None:  # whole tokens: the next state's own mask, restricted
+                        packed.append(self._state_mask(nxt) & g.packed)
+                    else:
+                        self._collect(nxt, g.key, g.rows, g.offs, ids, packed)
 
     def _cut_mask(self, state: GrammarState) -> Optional[np.ndarray]:
         """Near the upper bound of a long string (LexerContext.cut): the mask of the same position

@@ -1,13 +1,13 @@
 """anyOf / oneOf over several object alternatives in the grammar form: one rule per alternative.
 
 `object_union(b, part, branches)` gives each alternative its own object rules (grammar_rules.py)
-and a rule choosing between them. The grammar is exact when the parser can follow every
-alternative at once and always knows which one the text is in by the next token, and the lexer
-never has to choose between two terminals of one position; GrammarBuilder.build checks both on
-the whole grammar (lark's strict LALR(1) table, grammar/prefix_free.py) and refuses it
-otherwise. Alternatives told apart by their keys (`{"and": ...}` / `{"or": ...}`, as in
-condition trees and CloudFormation's one-of-two-keys objects) pass; alternatives that open with
-the same key and a value of the same kind do not.
+and a rule choosing between them. The grammar is exact when the lexer never has to choose
+between two terminals of one position; GrammarBuilder.build checks it on the whole grammar
+(grammar/prefix_free.py) and refuses it otherwise. Where the parser cannot tell by the next token
+which alternative the text is in (they open with the same key and a value of the same kind, or
+both allow `{}`), the grammar's LALR(1) conflicts are kept and each way is followed
+(grammar/forking.py). Alternatives with free keys beside named keys of another fail the lexer
+check.
 
 For oneOf the alternatives must also exclude each other, or an object that matches two would be
 accepted: each pair needs a key that one requires and the other does not allow (by its own

@@ -45,27 +45,27 @@ class SchemaGrammar:
             terminal_dfas=self.terminals,
             default_reductions=True,
             unique_rules=self.unique,
-            parser=None if self._engine is None else self._engine.lark,  # built by `check`
+            parser=self._engine.lark if self._engine is not None else self._lark(),  # built by `check`
             **options,
         )
 
     def check(self, kinds: list) -> None:
-        """ConstraintError unless the grammar is LALR(1) without conflicts and each parser state's
-        terminals lex one way only (grammar/prefix_free.py): what the rules of several alternatives
-        at one position (`kinds`: anyOf/oneOf over objects, value tests) need to stay exact."""
+        """ConstraintError unless each parser state's terminals lex one way only
+        (grammar/prefix_free.py): what the rules of several alternatives at one position (`kinds`:
+        anyOf/oneOf over objects, value tests) need to stay exact. Their LALR(1) conflicts are kept
+        and followed (grammar/forking.py): a text that parses several ways is followed each way."""
         from sgl_runtime.constrained.grammar.engine import GrammarEngine
         from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free
-        from sgl_runtime.constrained.grammar.source import build_lark
 
         what = "/".join(sorted(set(kinds)))
         try:
-            parser = build_lark(self.text, placeholders=True, strict=True)
+            parser = self._lark()
             engine = GrammarEngine(
                 parser, terminal_dfas=self.terminals, default_reductions=True, unique_rules=self.unique
             )
             check_prefix_free(engine.parser, self.terminals)
         except ConstraintError as exc:
-            detail = "an LALR(1) conflict" if "invalid lark grammar" in str(exc) else str(exc)
+            detail = str(exc)
             raise ConstraintError(
                 f"{what}: the grammar form cannot tell the alternatives apart token by token "
                 f"({detail.splitlines()[0][:200]})"
@@ -75,18 +75,22 @@ class SchemaGrammar:
     def engine(self):
         if self._engine is None:
             from sgl_runtime.constrained.grammar.engine import GrammarEngine
-            from sgl_runtime.constrained.grammar.source import build_lark
 
             self._engine = GrammarEngine(
-                build_lark(self.text, placeholders=True),
+                self._lark(),
                 terminal_dfas=self.terminals,
                 default_reductions=True,
                 unique_rules=self.unique,
             )
         return self._engine
 
+    def _lark(self):
+        """The grammar's lark parser, its LALR(1) conflicts kept (grammar/forking.py)."""
+        from sgl_runtime.constrained.grammar.source import build_lark
+
+        return build_lark(self.text, placeholders=True, forking=True)
+
     def accepts(self, text: str) -> bool:
         """Whether `text` is in the language (no vocabulary needed)."""
         engine = self.engine()
-        state = engine.feed(engine.initial, text.encode("utf-8"))
-        return state is not None and engine.at_eof(state)
+        return any(engine.at_eof(s) for s in engine.feed_all(engine.initial, text.encode("utf-8")))

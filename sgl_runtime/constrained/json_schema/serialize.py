@@ -1,11 +1,14 @@
 """Compact serialisation of an instance in the key order the schema compiler expects:
 each object's keys declared in its schema's `properties` first (schema order; then those of the
 anyOf/oneOf branch that declares most of its keys), then the rest in instance order. Keys that
-`dependentRequired` names count among the rest (the compiler takes them in any order, objects.py)."""
+`dependentRequired` names count among the rest (the compiler takes them in any order, objects.py).
+An undeclared key's value is ordered by the patternProperties entry it matches, else by
+additionalProperties (of the object's schema, else of the branch that allows objects)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional
 
 from sgl_runtime.constrained.json_schema.dynamic_refs import static_dynamic_refs
@@ -60,7 +63,8 @@ def _declared(schema, resolver, dependent: Optional[set] = None) -> dict:
 
 
 def _branch(schema, value: dict, resolver):
-    """Of `schema`'s anyOf/oneOf branches, the first that declares the most of `value`'s keys."""
+    """Of `schema`'s anyOf/oneOf branches, the first that declares the most of `value`'s keys, else
+    the first whose `type` allows objects and says what its undeclared keys are."""
     if not isinstance(schema, dict):
         return None
     branches = [b for word in ("anyOf", "oneOf") if isinstance(schema.get(word), list) for b in schema[word]]
@@ -70,7 +74,27 @@ def _branch(schema, value: dict, resolver):
         count = sum(k in declared for k in value)
         if count > most:
             best, most = branch, count
+    if best is None:
+        for branch in branches:
+            resolved = _resolve(branch, resolver)
+            kind = (resolved or {}).get("type")
+            if isinstance((resolved or {}).get("additionalProperties"), dict) and kind in ("object", None):
+                return resolved
     return best
+
+
+def _undeclared(schemas: list, key: str):
+    """The subschema of an undeclared `key`: the first patternProperties entry of `schemas` whose
+    pattern it matches, else the first additionalProperties."""
+    for schema in schemas:
+        patterns = schema.get("patternProperties")
+        for pattern, sub in patterns.items() if isinstance(patterns, dict) else ():
+            try:
+                if re.search(pattern, key):
+                    return sub
+            except re.error:
+                continue
+    return next((s["additionalProperties"] for s in schemas if "additionalProperties" in s), None)
 
 
 def _ordered(value, schema, resolver, depth: int):
@@ -86,8 +110,9 @@ def _ordered(value, schema, resolver, depth: int):
         first = [k for k in props if k in value and k not in dependent]
         keys = first + [k for k in value if k not in first]
         out = {}
+        others = [resolved or {}, (_resolve(branch, resolver) or {}) if branch is not None else {}]
         for k in keys:
-            sub = props.get(k) if k in props else (resolved or {}).get("additionalProperties")
+            sub = props.get(k) if k in props else _undeclared(others, k)
             out[k] = _ordered(value[k], sub, resolver, depth + 1)
         return out
     schema = _resolve(schema, resolver) if schema is not None else None
