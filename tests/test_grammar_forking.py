@@ -131,3 +131,35 @@ def test_masks_over_qwen_tokens_are_the_scalar_steps(vocab, name):
             forks_seen += isinstance(m.state, Forks)
         assert m.is_accepting() == _parses(earley, written), written
     assert forks_seen > 0 or name == "ambiguous"  # its two parses of "ab" meet only at the end
+
+
+def test_what_every_parse_forces_is_forced(vocab):
+    """After "qx" the text parses two ways (Forks); both force "yyyyyy", then they part."""
+    text = 'start: a "x" "yyyyyy" "w" | b "x" "yyyyyy" "z"\na: "q"\nb: "q"\n'
+    constraint = GrammarConstraint(text, vocab, parser=build_lark(text, forking=True), warmup_s=0.0)
+    m = constraint.matcher()
+    for token in vocab.ids_for_bytes(b"q")[:1] + vocab.ids_for_bytes(b"x")[:1]:
+        m.advance(token)
+    assert isinstance(m.state, Forks)
+    assert m.forced_string() == "yyyyyy"
+    forced = b"".join(vocab.token_bytes[i] for i in m.forced_token_ids())
+    assert forced and b"yyyyyy".startswith(forced)  # the last token may be held back ("yw" is a token)
+    for byte in b"yyyyyy":
+        m.advance(vocab.ids_for_bytes(bytes([byte]))[0])
+    assert m.forced_string() == ""  # "w" or "z"
+
+
+def test_terminals_are_split_only_where_texts_are_shared_whole():
+    """refine splits a free key beside a named one into `"run":` and the other keys; where one
+    text is a proper prefix of another's (an integer beside a number) it declines."""
+    from sgl_runtime.constrained.byte_dfa import ByteDFA
+    from sgl_runtime.constrained.grammar.prefix_free import EQUAL, PREFIX
+    from sgl_runtime.constrained.grammar.refine import refine
+
+    text = 'start: A x | B y\nx: "<X>"\ny: "<Y>"\nA: "<A>"\nB: "<B>"\n'
+    terminals = {"A": ByteDFA.from_regex(r'"[a-z]*":'), "B": ByteDFA.from_regex(r'"run":')}
+    new_text, pieces = refine(text, terminals, {("A", "B"): EQUAL})
+    assert "piece_a: " in new_text and "piece_b: " in new_text and "A: " not in new_text
+    (shared,) = [p for p in pieces if p not in terminals and pieces[p].accepts('"run":')]
+    assert not any(pieces[p].accepts('"run":') for p in pieces if p not in terminals and p != shared)
+    assert refine(text, terminals, {("A", "B"): PREFIX}) is None

@@ -170,11 +170,11 @@ def _closed_self(key: str, **more) -> dict:
             },
             "oneOf: 2 alternatives allow objects and the grammar form cannot show that they exclude",
         ),
-        (  # any key in the first, the key "a" in the second: one terminal's text begins the other's
+        (  # the key "a" with an integer in one, a number in the other: `1` begins `1.5`
             {
                 "anyOf": [
-                    {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1},
-                    {"type": "object", "properties": {"a": SELF}, "required": ["a"], "additionalProperties": False},
+                    _closed_self("b", a={"type": "integer"}),
+                    _closed_self("c", a={"type": "number", "maximum": 5}),
                 ]
             },
             "anyOf: the grammar form cannot tell the alternatives apart",
@@ -197,13 +197,21 @@ LATE = {
             {**_closed_self("y", a={"type": "string"}, k=SELF), "required": ["y"]},
         ]
     },
+    # any key in the first, the key "a" in the second: the key terminals share the text `"a":`, so
+    # they are split into `"a":` and the other keys (grammar/refine.py)
+    "free keys beside a named key": {
+        "anyOf": [
+            {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1},
+            {"type": "object", "properties": {"a": SELF}, "required": ["a"], "additionalProperties": False},
+        ]
+    },
     # the same key with a value of another kind in each, then keys of their own
     "same key, other values": {
         "anyOf": [_closed_self("b", a={"type": "string"}), _closed_self("c", a={"type": "array", "items": SELF})]
     },
 }
 LATE_KEYS = ["a", "b", "k", "x", "y"]
-LATE_VALUES = ["s", [], [{}], [{"a": []}], 1]  # SELF's items are the root schema's values
+LATE_VALUES = ["s", [], [{}], [{"a": []}], 1, 2]  # SELF's items are the root schema's values
 
 
 @pytest.mark.parametrize("name", sorted(LATE))
@@ -216,6 +224,26 @@ def test_alternatives_the_parser_tells_apart_late_are_exact(name):
     wrong, valid = disagreements(schema, small_objects(LATE_KEYS, LATE_VALUES, [["s", [], 1], [[{}], "s", []]]))
     assert wrong == [], wrong[:5]
     assert valid >= 7
+
+
+def test_unique_items_over_alternatives_whose_key_terminals_were_split():
+    """Items compared as JSON values (keys in any order) of a union whose free-key and named-key
+    terminals share `"a":`, split by grammar/refine.py: repeats are still found."""
+    union = LATE["free keys beside a named key"]
+    schema = {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {
+            **union,
+            "anyOf": [union["anyOf"][0], {**union["anyOf"][1], "properties": {"a": {"type": "array", "maxItems": 0}}}],
+        },
+    }
+    items = [{"a": 1}, {"a": []}, {"b": 2, "a": 1}, {"a": 1, "b": 2}, {"c": 3}, {}]
+    instances = [[x, y] for x in items for y in items] + [[x] for x in items]
+    assert isinstance(schema_to_grammar(schema), SchemaGrammar)
+    wrong, valid = disagreements(schema, instances)
+    assert wrong == [], wrong[:5]
+    assert 10 < valid < len(instances) - 10
 
 
 def test_strict_lalr_refuses_a_shift_reduce_conflict_lark_would_resolve_silently():

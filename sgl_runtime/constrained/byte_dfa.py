@@ -121,6 +121,27 @@ class ByteDFA:
         """The byte values with a transition out of `state`."""
         return np.nonzero(self.transitions[state] >= 0)[0]
 
+    def combined(self, other: ByteDFA, both: bool) -> ByteDFA:
+        """The minimal DFA of the strings of `self` that are (both=True) or are not (False) strings
+        of `other`: the product automaton, `other` completed by a dead state."""
+        pairs = {(self.initial, other.initial): 0}
+        order, rows = [(self.initial, other.initial)], []
+        dead = np.full(256, -1, dtype=np.int32)
+        for a, b in order:  # grows as new pairs are met
+            ta, tb = self.transitions[a], other.transitions[b] if b >= 0 else dead
+            go = (ta >= 0) & (tb >= 0) if both else ta >= 0
+            row = np.full(256, -1, dtype=np.int32)
+            for byte in np.flatnonzero(go).tolist():
+                key = (int(ta[byte]), int(tb[byte]))
+                if key not in pairs:
+                    pairs[key] = len(order)
+                    order.append(key)
+                row[byte] = pairs[key]
+            rows.append(row)
+        other_accepts = np.array([b >= 0 and bool(other.accepting[b]) for _, b in order])
+        accepting = self.accepting[[a for a, _ in order]] & (other_accepts if both else ~other_accepts)
+        return ByteDFA(np.stack(rows), 0, accepting)._pruned()._minimised()
+
     # ---- private: pruning and minimisation -----------------------------------------------
 
     def _pruned(self) -> ByteDFA:

@@ -306,8 +306,6 @@ class GrammarMatcher(Matcher):
         plan = self._budget_plan()
         if plan:
             return list(plan)  # the budget forces the whole completion
-        if isinstance(self.state, Forks):
-            return []  # nothing is forced while the text parses several ways
         ids = self.constraint.forced.token_ids(self.state)
         if ids and self.budget is not None and self.budget - self.consumed <= CHECK_TOKENS:
             state = self.state
@@ -321,7 +319,7 @@ class GrammarMatcher(Matcher):
 
     def forced_string(self) -> str:
         """The forced continuation text from here ('' if none)."""
-        return "" if self.finished or isinstance(self.state, Forks) else self.constraint.forced.string(self.state)
+        return "" if self.finished else self.constraint.forced.string(self.state)
 
     def copy(self) -> "GrammarMatcher":
         twin = GrammarMatcher(self.constraint, self.state, self.finished)

@@ -82,7 +82,7 @@ class GrammarEngine:
             raise ConstraintError("max_ignore_bytes and max_ignored_run must be >= 1")
         self.lark = parser
         self.parser = LalrStacks(parser, start, default_reductions=default_reductions)
-        self.forking = bool(self.parser.forks)  # a table with conflicts kept: text may parse several ways
+        self.forking = self.parser.forking  # a table with conflicts kept: text may parse several ways
         self.type_names = [t.name for t in parser.terminals]
         self.type_index = {n: i for i, n in enumerate(self.type_names)}
         self.poison = len(self.type_names)

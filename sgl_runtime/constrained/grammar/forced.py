@@ -10,13 +10,14 @@ past the forced text (boundary healing), so the model still picks the tokenizati
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Optional, Protocol
 
 import numpy as np
 
-from sgl_runtime.constrained.grammar.engine import GrammarState
+from sgl_runtime.constrained.grammar.engine import Forks, GrammarState
 from sgl_runtime.constrained.grammar.walk import MaskBuilder, TokenTable
 from sgl_runtime.constrained.jump_forward import tokenize_forced, whole_characters
 
@@ -47,8 +48,11 @@ class ForcedTokens:
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
 
-    def forced_bytes(self, state: GrammarState) -> bytes:
-        """The forced continuation from `state`, cut to whole UTF-8 characters."""
+    def forced_bytes(self, state) -> bytes:
+        """The forced continuation from `state`, cut to whole UTF-8 characters (from Forks: what
+        every member forces)."""
+        if isinstance(state, Forks):
+            return whole_characters(os.path.commonprefix([self.forced_bytes(member) for member in state]))
         engine = self.engine
         with self.constraint._lock:
             s = replace(state, ignored=engine.max_ignored_run)

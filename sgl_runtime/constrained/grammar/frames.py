@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sgl_runtime.constrained.grammar.parser import SHIFT
+from sgl_runtime.constrained.grammar.refine import PIECE_RULE
 from sgl_runtime.constrained.grammar.unique_values import continuations, repeats
 
 NOTHING_SEEN: frozenset = frozenset()
@@ -133,11 +134,17 @@ def key_types(rules, marks: dict, type_index: dict) -> int:
     """Bitset of the token types that follow a KEY rule in some lark rule: the key tokens of the
     objects whose keys are tracked."""
     keys, bits = {name for name, kind in marks.items() if kind == KEY}, 0
+    pieces: dict = {}  # a key terminal split into pieces (grammar/refine.py): its rule -> the pieces
+    for rule in rules if keys else ():
+        if rule.origin.name.startswith(PIECE_RULE):
+            pieces.setdefault(rule.origin.name, []).extend(getattr(sym, "name", sym) for sym in rule.expansion)
     for rule in rules if keys else ():
         names = [getattr(sym, "name", sym) for sym in rule.expansion]
         for a, b in zip(names, names[1:]):
-            if a in keys and b in type_index:
-                bits |= 1 << type_index[b]
+            if a in keys:
+                for name in pieces.get(b, [b]):
+                    if name in type_index:
+                        bits |= 1 << type_index[name]
     return bits
 
 

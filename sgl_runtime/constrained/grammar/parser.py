@@ -41,15 +41,22 @@ class LalrStacks:
         self.end_state = table.end_states[start]
         self.forks: dict = getattr(table, "forks", {})  # {state: {terminal: (action, ...)}}
         self.uniform: dict = {}  # state -> the reduction it makes on any lookahead (default_reductions)
+        self.reduce_only: dict = {}  # state -> its reductions, where a forking table's state never shifts
         if default_reductions:
             for state, row in self.states.items():
                 actions = {id(arg) for kind, arg in row.values() if kind is not Shift}
-                if state in self.forks:
-                    continue
+                if hasattr(table, "forks") and (state in self.forks or len(actions) > 1):
+                    options = [*row.values(), *(a for choice in self.forks.get(state, {}).values() for a in choice)]
+                    rules = tuple({id(arg): arg for _, arg in options}.values())
+                    if all(kind is not Shift for kind, _ in options) and all(r.origin.name != start for r in rules):
+                        self.reduce_only[state] = rules
+                    if state in self.forks or state in self.reduce_only:
+                        continue
                 if row and len(actions) == 1 and all(kind is not Shift for kind, _ in row.values()):
                     rule = next(iter(row.values()))[1]
                     if rule.origin.name != start:
                         self.uniform[state] = rule
+        self.forking = bool(self.forks or self.reduce_only)  # fed with feed_all only
         self.initial: Stack = self._settle([table.start_states[start]])
         self._accepted: OrderedDict = OrderedDict()
         self._cache_size = cache_size
@@ -61,46 +68,50 @@ class LalrStacks:
     def feed_all(self, stack: Stack, terminal: str, marks: Optional[dict] = None) -> list:
         """Every stack after `terminal` ([] when the parser rejects it), one per way through the
         conflicts of a forking table; with `marks`, (stack, events) pairs as `feed_marked` gives."""
-        if not self.forks:
+        if not self.forking:
             if marks is None:
                 st = self._feed(stack, terminal, None, None)
                 return [] if st is None else [st]
             fed = self.feed_marked(stack, terminal, marks)
             return [] if fed is None else [fed]
         out: dict = {}
-        todo: list = [(list(stack), [])]
+        states, forks = self.states, self.forks
+        todo: list = [(list(stack), [], None)]  # (stack, events, the action to take first)
         steps = MAX_FORK_STEPS
         while todo:
-            st, events = todo.pop()
-            steps -= 1
-            if steps < 0:
-                raise ConstraintError(
-                    f"the grammar's conflicts on {terminal} lead to more than {MAX_FORK_STEPS} reductions"
-                )
-            top = st[-1]
-            options = self.forks.get(top, {}).get(terminal)
-            if options is None:
-                action = self.states[top].get(terminal)
-                options = () if action is None else (action,)
-            for kind, arg in options:
-                nxt, ev = list(st), list(events)
+            st, events, action = todo.pop()
+            while True:  # one way, in place; other actions of a conflict wait in `todo`
+                steps -= 1
+                if steps < 0:
+                    raise ConstraintError(
+                        f"the grammar's conflicts on {terminal} lead to more than {MAX_FORK_STEPS} reductions"
+                    )
+                if action is None:
+                    options = forks.get(st[-1], {}).get(terminal) if forks else None
+                    if options is None:
+                        action = states[st[-1]].get(terminal)
+                        if action is None:
+                            break
+                    else:
+                        action = options[0]
+                        todo.extend((list(st), list(events), other) for other in options[1:])
+                kind, arg = action
+                action = None
                 if kind is Shift:
-                    nxt.append(arg)
+                    st.append(arg)
                     if marks is not None:
-                        ev.append(SHIFT)
-                    done = self._settle(nxt, marks, ev if marks is not None else None)
-                    out.setdefault((done, tuple(ev)), None)
-                    continue
-                size = len(arg.expansion)
-                if size:
-                    del nxt[-size:]
-                nxt.append(self.states[nxt[-1]][arg.origin.name][1])
+                        events.append(SHIFT)
+                    for done in self._settle_all(st, marks, events):
+                        out.setdefault(done, None)
+                    break
+                if arg.expansion:
+                    del st[-len(arg.expansion) :]
+                st.append(states[st[-1]][arg.origin.name][1])
                 if marks is not None and arg.origin.name in marks:
-                    ev.append(marks[arg.origin.name])
-                if terminal == END and nxt[-1] == self.end_state:
-                    out.setdefault((tuple(nxt), tuple(ev)), None)
-                    continue
-                todo.append((nxt, ev))
+                    events.append(marks[arg.origin.name])
+                if terminal == END and st[-1] == self.end_state:
+                    out.setdefault((tuple(st), tuple(events)), None)
+                    break
         return list(out) if marks is not None else list(dict.fromkeys(st for st, _ in out))
 
     def feed_marked(self, stack: Stack, terminal: str, marks: dict) -> Optional[tuple[Stack, tuple]]:
@@ -111,7 +122,7 @@ class LalrStacks:
         return None if st is None else (st, tuple(events))
 
     def _feed(self, stack: Stack, terminal: str, marks: Optional[dict], events: Optional[list]) -> Optional[Stack]:
-        if self.forks:
+        if self.forking:
             raise ConstraintError("a forking grammar table is fed with feed_all")
         states = self.states
         st = list(stack)
@@ -154,6 +165,28 @@ class LalrStacks:
             if terminal == END and pushed[-1] == self.end_state:
                 return True
 
+    def _settle_all(self, st: list, marks: Optional[dict], events: list) -> list:
+        """[(stack, events)] after the default reductions of `st`, where a state that only reduces,
+        by one of several rules (`reduce_only`), is reduced each way: a way the next token does not
+        fit dies when it is fed (an LR parser reducing early never shifts a wrong token)."""
+        out, todo = [], [(st, events)]
+        while todo:
+            st, events = todo.pop()
+            done = self._settle(st, marks, events if marks is not None else None)
+            rules = self.reduce_only.get(done[-1])
+            if rules is None:
+                out.append((done, tuple(events)))
+                continue
+            for rule in rules:
+                nxt, ev = list(done), list(events)
+                if rule.expansion:
+                    del nxt[-len(rule.expansion) :]
+                nxt.append(self.states[nxt[-1]][rule.origin.name][1])
+                if marks is not None and rule.origin.name in marks:
+                    ev.append(marks[rule.origin.name])
+                todo.append((nxt, ev))
+        return out
+
     def _settle(self, st: list, marks: Optional[dict] = None, events: Optional[list] = None) -> Stack:
         """Apply the default reductions (none unless enabled) to the stack list `st`."""
         states, uniform = self.states, self.uniform
@@ -178,7 +211,7 @@ class LalrStacks:
         if hit is not None:
             self._accepted.move_to_end(stack)
             return hit
-        advances = self._advances if not self.forks else lambda st, t: bool(self.feed_all(st, t))
+        advances = self._advances if not self.forking else lambda st, t: bool(self.feed_all(st, t))
         names = frozenset(t for t in self.states[stack[-1]] if (t.isupper() or t == END) and advances(stack, t))
         self._accepted[stack] = names
         if len(self._accepted) > self._cache_size:

@@ -52,17 +52,21 @@ class SchemaGrammar:
     def check(self, kinds: list) -> None:
         """ConstraintError unless each parser state's terminals lex one way only
         (grammar/prefix_free.py): what the rules of several alternatives at one position (`kinds`:
-        anyOf/oneOf over objects, value tests) need to stay exact. Their LALR(1) conflicts are kept
-        and followed (grammar/forking.py): a text that parses several ways is followed each way."""
-        from sgl_runtime.constrained.grammar.engine import GrammarEngine
-        from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free
+        anyOf/oneOf over objects, value tests) need to stay exact. Terminals of one position that
+        spell some of the same texts are first split into ones that do not (grammar/refine.py).
+        LALR(1) conflicts are kept and followed (grammar/forking.py): a text that parses several
+        ways is followed each way."""
+        from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free, overlapping_pairs
+        from sgl_runtime.constrained.grammar.refine import refine
 
         what = "/".join(sorted(set(kinds)))
         try:
-            parser = self._lark()
-            engine = GrammarEngine(
-                parser, terminal_dfas=self.terminals, default_reductions=True, unique_rules=self.unique
-            )
+            engine = self._checked_engine()
+            pairs = overlapping_pairs(engine.parser, self.terminals)
+            refined = refine(self.text, self.terminals, pairs) if pairs else None
+            if refined is not None:  # terminals that share texts, split into ones that do not (grammar/refine.py)
+                self.text, self.terminals = refined
+                engine = self._checked_engine()
             check_prefix_free(engine.parser, self.terminals)
         except ConstraintError as exc:
             detail = str(exc)
@@ -71,6 +75,13 @@ class SchemaGrammar:
                 f"({detail.splitlines()[0][:200]})"
             ) from None
         self._engine = engine
+
+    def _checked_engine(self):
+        from sgl_runtime.constrained.grammar.engine import GrammarEngine
+
+        return GrammarEngine(
+            self._lark(), terminal_dfas=self.terminals, default_reductions=True, unique_rules=self.unique
+        )
 
     def engine(self):
         if self._engine is None:
