@@ -142,15 +142,6 @@ def test_value_conditions_through_the_qwen_vocabulary():
             },
             "if .value tests.: the grammar form cannot tell the alternatives apart",
         ),
-        (  # the test reads inside an object value
-            {
-                "type": "object",
-                "properties": {"o": {"type": "object", "properties": {"k": FREE}}, "m": FREE},
-                "if": {"properties": {"o": {"required": ["k"]}}},
-                "then": {"required": ["m"]},
-            },
-            "properties and if: the grammar form cannot combine these constraints on objects .* test of the key 'o' reads",
-        ),
     ],
 )
 def test_value_conditions_the_grammar_form_cannot_split_are_refused(schema, match):

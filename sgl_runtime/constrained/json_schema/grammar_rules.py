@@ -12,6 +12,7 @@ from sgl_runtime.constrained.automata_ops import union
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.grammar.frames import CLOSE, KEY, KEYS, OPEN, OPEN_VALUES, Opener
 from sgl_runtime.constrained.json_schema.arrays import SPELLED_POSITIONS
+from sgl_runtime.constrained.json_schema.if_split import split_condition
 from sgl_runtime.constrained.json_schema.numbers import number_universe
 from sgl_runtime.constrained.json_schema.objects import _ObjectSpec
 from sgl_runtime.constrained.json_schema.shapes import ARRAY, CATEGORIES, OBJECT, SCALAR
@@ -20,7 +21,7 @@ from sgl_runtime.constrained.json_schema.strings import (
     string_literal,
 )
 from sgl_runtime.constrained.json_schema.unique_grammar import mark_tracked
-from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused, value_options
+from sgl_runtime.constrained.json_schema.value_tests import ReadsInside, ValueTestsRefused, value_options
 from sgl_runtime.constrained.json_schema.values import count_keyword
 
 MAX_ARRAY_POSITIONS = 512
@@ -57,6 +58,18 @@ def object_rule(b, schema: dict | list[dict], condition=None, mode: int | None =
     object_merge.py) (None: no valid object); `condition`: (predicate over the set of present keys
     and value facts, the keys it reads, its value tests {fact: (key, subschema)}: presence.py),
     checked where the object closes."""
+    if condition is not None and condition[2] and isinstance(schema, dict):
+        try:
+            return _object_rule(b, schema, condition, mode)
+        except ReadsInside:
+            split = split_condition(b, schema)  # the objects that pass the `if`, and those that fail it
+            if split is False:
+                raise
+            return split
+    return _object_rule(b, schema, condition, mode)
+
+
+def _object_rule(b, schema: dict | list[dict], condition, mode: int | None) -> str | None:
     spec = _ObjectSpec(b.comp, schema, 0, b.mode if mode is None else mode)
     fixed_bits: dict = {}
     fact_bits: dict = {}

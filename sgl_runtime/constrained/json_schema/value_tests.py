@@ -32,6 +32,10 @@ class ValueTestsRefused(ConstraintError):
     """A key's values cannot be split by its tests in the grammar form."""
 
 
+class ReadsInside(ValueTestsRefused):
+    """A test reads inside a key's object or array values (if_split.py may split the object instead)."""
+
+
 def value_options(b, key: str, value, facts: list, fact_bits: dict) -> list:
     """[(symbol, fact bits)] covering the values of `key` (schema `value`) once each, by which of
     `facts` ([(fact, subschema)]) they pass."""
@@ -51,7 +55,7 @@ def value_options(b, key: str, value, facts: list, fact_bits: dict) -> list:
         for fact, sub in facts:
             implied = _implied(b, value, sub)
             if c in b.shapes.admits(sub) and not b.trivial(sub, c) and not implied:
-                raise ValueTestsRefused(f"a test of the key {key!r} reads inside its {c} values")
+                raise ReadsInside(f"a test of the key {key!r} reads inside its {c} values")
             bits |= fact_bits[fact] if implied or c in b.shapes.admits(sub) else 0
         out.append((symbol, bits))
     return out
@@ -71,7 +75,7 @@ def _scalar_cells(b, key: str, value, facts: list, fact_bits: dict) -> list:
     try:
         with work_budget(b.leaf_budget):
             base = b.comp.compile(b.shapes.scalars(value), 0, b.mode)  # container-free: scalars only
-            tests = [b.comp.compile(sub, 0, b.mode) for _, sub in facts]
+            tests = [b.comp.compile(b.shapes.scalars(sub), 0, b.mode) for _, sub in facts]  # base has no containers
             cells = []
             for passes in itertools.product((True, False), repeat=len(facts)):
                 dfa = base
