@@ -13,7 +13,9 @@ Schema grammars rely on this; a lark grammar keeps lark's contexts).
 
 A table built with conflicts kept (grammar/forking.py: `table.forks`) is followed with
 `feed_all`, which returns one stack per way the terminal can be taken; `feed` then refuses to
-choose. A state with a conflict is never reduced by default.
+choose. With default reductions, such a table's states that never shift but reduce by several
+rules (`reduce_only`: which one, the lookahead would tell) are reduced each way at once, so a
+stack never rests where the next token would be lexed in two alternatives' merged context.
 """
 
 from __future__ import annotations
@@ -169,9 +171,12 @@ class LalrStacks:
         """[(stack, events)] after the default reductions of `st`, where a state that only reduces,
         by one of several rules (`reduce_only`), is reduced each way: a way the next token does not
         fit dies when it is fed (an LR parser reducing early never shifts a wrong token)."""
-        out, todo = [], [(st, events)]
+        out, todo, steps = [], [(st, events)], MAX_FORK_STEPS
         while todo:
             st, events = todo.pop()
+            steps -= 1
+            if steps < 0:
+                raise ConstraintError(f"the grammar's reductions without lookahead exceed {MAX_FORK_STEPS} steps")
             done = self._settle(st, marks, events if marks is not None else None)
             rules = self.reduce_only.get(done[-1])
             if rules is None:
