@@ -2,7 +2,8 @@
 objects become two alternatives, those that pass the `if` (with `then`) and those that fail it (with
 `else`), followed together by the parser until a value tells them apart. Exact against jsonschema
 on every object of up to three keys; the shapes are GitHub Actions' `runs.using`, Mergify's
-`source.manual` and Dependabot's beta-ecosystems flag, which the grammar form refused before."""
+`source.manual`, Dependabot's beta-ecosystems flag and OpenAPI 3.1's `X-or-reference`, which the grammar
+form refused before."""
 
 from __future__ import annotations
 
@@ -36,6 +37,20 @@ SCHEMAS = {
         "if": {"properties": {"o": {"required": ["k"]}}},
         "then": {"required": ["m"]},
     },
+    "or-reference": {  # OpenAPI 3.1's X-or-reference: nothing but the if, over two large objects
+        "$defs": {
+            "reference": {
+                "type": "object",
+                "properties": {"$ref": {"type": "string"}, "summary": {"type": "string"}},
+                "required": ["$ref"],
+                "additionalProperties": False,
+            },
+            "item": {"type": "object", "properties": {"summary": {"type": "integer"}, "get": {"$ref": "#"}}},
+        },
+        "if": {"type": "object", "required": ["$ref"]},
+        "then": {"$ref": "#/$defs/reference"},
+        "else": {"$ref": "#/$defs/item"},
+    },
     "a flag in allOf": {
         "type": "object",
         "properties": {"beta": {"type": "boolean"}, "updates": {"type": "array", "items": {"type": "object"}}},
@@ -54,12 +69,14 @@ VALUES = {
     "source.manual": [{"manual": 1}, {}, {"other": 1}, "s", 1, []],
     "a flag in allOf": [True, False, [{"eco": "a"}], [{"eco": "b"}], [{}], [], 1],
     "o.k required": [{"k": []}, {}, {"j": 1}, [], [{}], "s"],
+    "or-reference": ["x", 1, {}, {"$ref": "y"}, [], {"get": 2}],
 }
 KEYS = {
     "runs.using": ["runs", "outputs", "s"],
     "source.manual": ["source", "cap"],
     "a flag in allOf": ["beta", "updates"],
     "o.k required": ["o", "m"],
+    "or-reference": ["$ref", "summary", "get"],
 }
 
 

@@ -30,11 +30,13 @@ from sgl_runtime.constrained.counted import CountedDFA
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema.array_merge import merged_array
 from sgl_runtime.constrained.json_schema.arrays import COUNTED_BY_GRAMMAR
+from sgl_runtime.constrained.json_schema.if_split import split_condition
 from sgl_runtime.constrained.json_schema.long_strings import NOT_COUNTED, counted_leaf, holds_long_string
 from sgl_runtime.constrained.json_schema.narrow import narrowed
 from sgl_runtime.constrained.json_schema.object_merge import NOT_MERGED, merged_object
+from sgl_runtime.constrained.json_schema.object_union import object_union
 from sgl_runtime.constrained.json_schema.objects import KEYS_NOT_REGULAR, TOO_MANY_TRACKED
-from sgl_runtime.constrained.json_schema.presence import presence
+from sgl_runtime.constrained.json_schema.presence import presence_condition
 from sgl_runtime.constrained.json_schema.schema_grammar import SchemaGrammar
 from sgl_runtime.constrained.json_schema.shapes import (
     ARRAY,
@@ -68,7 +70,6 @@ _TOO_BIG = (
     TOO_MANY_TRACKED,  # in exact mode (under oneOf, not, if): rules need no key order
 )
 _NOFLAT = object()
-_PRESENCE_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 _COMPLEMENTS = {
     OBJECT: ("not", "if", "dependentSchemas", "unevaluatedProperties"),
     ARRAY: ("not", "if", "unevaluatedItems"),
@@ -308,7 +309,7 @@ class GrammarBuilder:
         if not parts:
             return grammar_rules.free_form(self, c)
         applicators = [p for p in parts if p not in own_keywords]
-        condition = self.presence_condition(schema, applicators, c)
+        condition = presence_condition(self, schema, applicators, c)
         untested = ""
         if condition is not None and c == OBJECT and condition[2] and self.distribute_first:
             merged = merged_object(self, schema)  # anyOf/oneOf branches as object rules of their own
@@ -360,8 +361,6 @@ class GrammarBuilder:
                 if leaf is not _NOFLAT:
                     return leaf
             if c == OBJECT:
-                from sgl_runtime.constrained.json_schema.object_union import object_union
-
                 return object_union(self, part, branches)
             raise ConstraintError(
                 f"{part}: {len(branches)} alternatives allow {c}s and are too large to merge into one automaton "
@@ -369,22 +368,12 @@ class GrammarBuilder:
             )
         if part in DYNAMIC:
             raise ConstraintError(f"{part}: not supported where the schema needs the grammar form")
+        split = split_condition(self, schema) if part == "if" and c == OBJECT else False  # passing / failing
+        if split is not False:
+            return split
         raise ConstraintError(
             f"{part}: not supported on {c}s too large for one automaton (the grammar form cannot complement rules)"
         )
-
-    def presence_condition(self, schema: dict, applicators: list, c: str = OBJECT):
-        """(predicate over the present keys and value facts, keys it reads, value tests) when the
-        in-place applicators of `schema` only ask which keys an object has and, on objects, what
-        values of its keys pass which subschemas (presence.py), else None."""
-        if not applicators or any(p not in (*_PRESENCE_APPLICATORS, "$ref") for p in applicators):
-            return None
-        view = self.shapes.keep({k: schema[k] for k in (*_PRESENCE_APPLICATORS, "$ref") if k in schema})
-        self.comp.refs.base_of[id(view)] = self.comp.refs.base(schema)  # its $ref resolves where schema's does
-        keys: set = set()
-        tests: dict = {}
-        predicate = presence(self.shapes, view, keys, category=c, tests=tests if c == OBJECT else None)
-        return None if predicate is None else (predicate, keys, tests)
 
     def trivial(self, schema, c: str) -> bool:
         """Whether `schema` says nothing about values of category `c` beyond admitting them."""

@@ -17,6 +17,7 @@ from sgl_runtime.constrained.json_schema.shapes import (
     ARRAY_KEYWORDS,
     COMPLEMENTS,
     DYNAMIC,
+    OBJECT,
     OBJECT_KEYWORDS,
     members,
     types_of,
@@ -132,3 +133,20 @@ def _combine(keyword: str, preds: list[Predicate]) -> Predicate:
     if keyword == "anyOf":
         return lambda p: any(f(p) for f in preds)
     return lambda p: sum(f(p) for f in preds) == 1
+
+
+_APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+
+
+def presence_condition(b, schema: dict, applicators: list, c: str = OBJECT):
+    """(predicate over the present keys and value facts, keys it reads, value tests) when the
+    in-place applicators of `schema` (GrammarBuilder `b`'s subschema) only ask which keys an object
+    has and, on objects, what values of its keys pass which subschemas, else None."""
+    if not applicators or any(p not in (*_APPLICATORS, "$ref") for p in applicators):
+        return None
+    view = b.shapes.keep({k: schema[k] for k in (*_APPLICATORS, "$ref") if k in schema})
+    b.comp.refs.base_of[id(view)] = b.comp.refs.base(schema)  # its $ref resolves where schema's does
+    keys: set = set()
+    tests: dict = {}
+    predicate = presence(b.shapes, view, keys, category=c, tests=tests if c == OBJECT else None)
+    return None if predicate is None else (predicate, keys, tests)

@@ -1,6 +1,6 @@
 """Compact serialisation of an instance in the key order the schema compiler expects:
 each object's keys declared in its schema's `properties` first (schema order; then those of the
-anyOf/oneOf branch that declares most of its keys), then the rest in instance order. Keys that
+anyOf/oneOf branch, or `then` / `else`, that declares most of its keys), then the rest in instance order. Keys that
 `dependentRequired` names count among the rest (the compiler takes them in any order, objects.py).
 An undeclared key's value is ordered by the patternProperties entry it matches, else by
 additionalProperties (of the object's schema, else of the branch that allows objects)."""
@@ -68,6 +68,7 @@ def _branch(schema, value: dict, resolver):
     if not isinstance(schema, dict):
         return None
     branches = [b for word in ("anyOf", "oneOf") if isinstance(schema.get(word), list) for b in schema[word]]
+    branches += [schema[word] for word in ("then", "else") if word in schema]  # an if split into two (if_split.py)
     best, most = None, 0
     for branch in branches:
         declared = _declared(branch, resolver)
