@@ -124,3 +124,22 @@ def test_failing_admits_exactly_the_values_that_fail_the_test(test):
 
 def test_a_test_that_applies_to_items_is_not_split():
     assert failing(None, {"properties": {"a": {"items": {"const": 1}}}}) is None
+
+
+def test_a_ref_beside_the_if_resolves_where_it_was_written():
+    """The split's halves hold the schema without its `if`; a `$ref` there resolves against the
+    resource it was written in (here one with its own `$id`), not the document's root."""
+    job = {
+        "$id": "https://example.com/job",
+        "$defs": {"base": {"type": "object", "properties": {"runs": USING, "outputs": {}, "s": SELF}}},
+        "$ref": "#/$defs/base",
+        "if": {"properties": {"runs": {"type": "object", "properties": {"using": {"const": "composite"}}}}},
+        "then": {"properties": {"outputs": {"type": "array"}}},
+        "else": {"properties": {"outputs": {"type": "string"}}},
+    }
+    schema = {"$defs": {"job": job}, "type": "array", "items": {"$ref": "#/$defs/job"}}
+    values = VALUES["runs.using"]
+    objects = small_objects(["runs", "outputs"], values, [values[:3], values[3:6]])
+    wrong, valid = disagreements(schema, [[o] for o in objects])
+    assert wrong == [], wrong[:5]
+    assert valid > 5

@@ -108,6 +108,7 @@ class GrammarBuilder:
         self._count = 0
         self.checks: list[str] = []  # what shares a position between rules (object_union.py, value_tests.py)
         self.value_tests_used = 0  # objects whose conditions became value tests (value_tests.py)
+        self.condition_splits = 0  # `if`s split into passing and failing objects (if_split.py)
         self.distribute_first = False  # object_merge.py: anyOf/oneOf over objects as object rules first (a retry)
 
     # ------------------------------------------------------------------ output

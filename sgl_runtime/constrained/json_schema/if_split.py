@@ -7,8 +7,10 @@ objects of `schema` as the union of those that pass the `if` (with `then`) and t
 (with `else`): the `if` itself is a conjunct of the first, and `failing(b, if)`, a schema of exactly
 the values that fail it, of the second. Where a test's failing values cannot be written without
 `not` over objects (a test beyond `properties` / `required` / `type` over a container), nothing is
-split. The two alternatives open alike; the parser follows both (grammar/forking.py) until a value
-tells them apart, so their keys come in any order.
+split. The same split serves an `if` that alone constrains objects too large for one automaton
+(OpenAPI 3.1's `{"if": {"type": "object", "required": ["$ref"]}, "then": ..., "else": ...}`). The two
+alternatives open alike; the parser follows both (grammar/forking.py) until a value tells them
+apart, so the tested key need not be written first.
 """
 
 from __future__ import annotations
@@ -22,18 +24,21 @@ _NOTES = {"title", "description", "markdownDescription", "$comment", "examples",
 def split_condition(b, schema: dict):
     """The symbol of `schema`'s objects as the two alternatives above; None where no object is
     valid; False where the `if` cannot be split (the caller refuses as before)."""
-    splits = getattr(b, "condition_splits", 0)
-    if splits >= MAX_SPLITS:
+    if b.condition_splits >= MAX_SPLITS:
         return False
     for where, rest in _conditions(schema):
         test = where["if"]
         fails = failing(b, test)
         if fails is None:
             continue
-        b.condition_splits = splits + 1
-        passing = {"allOf": [rest, test, where.get("then", True)]}
-        failed = {"allOf": [rest, fails, where.get("else", True)]}
-        return object_union(b, "anyOf", [passing, failed])
+        b.condition_splits += 1
+        base = b.comp.refs.base(schema)
+        b.comp.refs.base_of[id(rest)] = base  # a $ref beside the `if` resolves where it was written
+        halves = [{"allOf": [rest, test, where.get("then", True)]}, {"allOf": [rest, fails, where.get("else", True)]}]
+        for half in halves:
+            b.shapes.keep(half)  # alive while the compile's caches key on it (and on what it holds)
+            b.comp.refs.base_of[id(half)] = base
+        return object_union(b, "anyOf", halves)
     return False
 
 
