@@ -38,14 +38,12 @@ def refine(text: str, terminals: dict, pairs: dict) -> Optional[tuple[str, dict]
     while split:
         split = False
         for a, b in pairs:
-            found = next(
-                ((x, y) for x in made_of[a] for y in made_of[b] if x != y and _meet(pieces[x], pieces[y])), None
-            )
+            found = _meeting(pieces, made_of[a], made_of[b])
             if found is None:
                 continue
-            x, y = found
+            x, y, both = found
             dx, dy = pieces.pop(x), pieces.pop(y)
-            shared = _named(fresh, terminals, dx.combined(dy, True))
+            shared = _named(fresh, terminals, both)
             parts = {x: [shared], y: [shared]}
             for old, rest in ((x, dx.combined(dy, False)), (y, dy.combined(dx, False))):
                 if not rest.is_empty():
@@ -60,8 +58,16 @@ def refine(text: str, terminals: dict, pairs: dict) -> Optional[tuple[str, dict]
     return _rewritten(text, made_of), terminals
 
 
-def _meet(x: ByteDFA, y: ByteDFA) -> bool:
-    return not x.combined(y, True).is_empty()
+def _meeting(pieces: dict, of_a: list, of_b: list) -> Optional[tuple]:
+    """(x, y, the texts both spell) for the first two distinct pieces of `of_a` and `of_b` that
+    share a text, else None."""
+    for x in of_a:
+        for y in of_b:
+            if x != y:
+                both = pieces[x].combined(pieces[y], True)
+                if not both.is_empty():
+                    return x, y, both
+    return None
 
 
 def _named(fresh, terminals: dict, dfa: ByteDFA) -> str:

@@ -16,9 +16,9 @@ apart, so the tested key need not be written first.
 from __future__ import annotations
 
 from sgl_runtime.constrained.json_schema.object_union import followed_refs, object_union
+from sgl_runtime.constrained.json_schema.shapes import ASSERTING
 
 MAX_SPLITS = 4  # conditions one schema's grammar form splits this way (each doubles its object rules)
-_NOTES = {"title", "description", "markdownDescription", "$comment", "examples", "default", "$id", "$schema"}
 
 
 def split_condition(b, schema: dict):
@@ -64,7 +64,7 @@ def failing(b, test):
         return True
     if not isinstance(test, dict):
         return None
-    words = set(test) - _NOTES
+    words = set(test) & ASSERTING  # the rest are annotations
     structural = words & {"properties", "required"}
     if not structural:
         if words & {"allOf", "anyOf", "oneOf", "not", "if", "$ref", "items", "prefixItems", "contains"}:
