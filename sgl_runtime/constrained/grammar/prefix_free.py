@@ -21,10 +21,11 @@ MAX_PAIRS = 20_000  # state pairs one terminal pair may visit before it counts a
 EQUAL, PREFIX = "equal", "prefix"  # how two terminals' texts overlap (overlapping_pairs)
 
 
-def check_prefix_free(stacks, terminal_dfas: dict) -> None:
-    """ConstraintError naming two terminals of one parser state where a string of one is a prefix
-    of (or equal to) a string of the other (see overlapping_pairs)."""
-    for a, b in overlapping_pairs(stacks, terminal_dfas):
+def refuse_overlaps(pairs: dict) -> None:
+    """ConstraintError naming the first of `pairs` (overlapping_pairs, what is left after
+    grammar/refine.py): two terminals of one parser state where a string of one is a prefix of (or
+    equal to) a string of the other."""
+    for a, b in pairs:
         raise ConstraintError(
             f"grammar: terminals {a} and {b} may start at the same position and one's text can begin "
             "the other's, so the lexer could not tell them apart"

@@ -56,18 +56,19 @@ class SchemaGrammar:
         spell some of the same texts are first split into ones that do not (grammar/refine.py).
         LALR(1) conflicts are kept and followed (grammar/forking.py): a text that parses several
         ways is followed each way."""
-        from sgl_runtime.constrained.grammar.prefix_free import check_prefix_free, overlapping_pairs
+        from sgl_runtime.constrained.grammar.prefix_free import overlapping_pairs, refuse_overlaps
         from sgl_runtime.constrained.grammar.refine import refine
 
         what = "/".join(sorted(set(kinds)))
         try:
-            engine = self._checked_engine()
+            engine = self._new_engine()
             pairs = overlapping_pairs(engine.parser, self.terminals)
             refined = refine(self.text, self.terminals, pairs) if pairs else None
             if refined is not None:  # terminals that share texts, split into ones that do not (grammar/refine.py)
                 self.text, self.terminals = refined
-                engine = self._checked_engine()
-            check_prefix_free(engine.parser, self.terminals)
+                engine = self._new_engine()
+                pairs = overlapping_pairs(engine.parser, self.terminals)
+            refuse_overlaps(pairs)
         except ConstraintError as exc:
             detail = str(exc)
             raise ConstraintError(
@@ -76,24 +77,17 @@ class SchemaGrammar:
             ) from None
         self._engine = engine
 
-    def _checked_engine(self):
+    def engine(self):
+        if self._engine is None:
+            self._engine = self._new_engine()
+        return self._engine
+
+    def _new_engine(self):
         from sgl_runtime.constrained.grammar.engine import GrammarEngine
 
         return GrammarEngine(
             self._lark(), terminal_dfas=self.terminals, default_reductions=True, unique_rules=self.unique
         )
-
-    def engine(self):
-        if self._engine is None:
-            from sgl_runtime.constrained.grammar.engine import GrammarEngine
-
-            self._engine = GrammarEngine(
-                self._lark(),
-                terminal_dfas=self.terminals,
-                default_reductions=True,
-                unique_rules=self.unique,
-            )
-        return self._engine
 
     def _lark(self):
         """The grammar's lark parser, its LALR(1) conflicts kept (grammar/forking.py)."""
