@@ -58,15 +58,13 @@ def object_rule(b, schema: dict | list[dict], condition=None, mode: int | None =
     object_merge.py) (None: no valid object); `condition`: (predicate over the set of present keys
     and value facts, the keys it reads, its value tests {fact: (key, subschema)}: presence.py),
     checked where the object closes."""
-    if condition is not None and condition[2] and isinstance(schema, dict):
-        try:
-            return _object_rule(b, schema, condition, mode)
-        except ReadsInside:
-            split = split_condition(b, schema)  # the objects that pass the `if`, and those that fail it
-            if split is False:
-                raise
-            return split
-    return _object_rule(b, schema, condition, mode)
+    try:
+        return _object_rule(b, schema, condition, mode)
+    except ReadsInside:  # a value test reads inside a container: split on the `if` instead, if it can be
+        split = split_condition(b, schema) if isinstance(schema, dict) else False
+        if split is False:
+            raise
+        return split
 
 
 def _object_rule(b, schema: dict | list[dict], condition, mode: int | None) -> str | None:
