@@ -58,6 +58,9 @@ from sgl_runtime.constrained.json_schema.strings import string_dfa, string_liter
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
+# ... on a first build, for a subschema the rules can also take (objects, arrays): a flat automaton past this
+# size is rarely worth its build, and an attempt that fails at LEAF_WORK_STATES costs seconds
+LEAF_FIRST_STATES = 4_000
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
 LEAF_EXPANSION_STATES = 60_000  # byte states of a terminal's UTF-8 expansion, before minimisation
 MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
@@ -90,9 +93,16 @@ def is_budget_error(exc: ConstraintError) -> bool:
 class GrammarBuilder:
     """Translates one schema document, compiling leaves with the flat compiler `comp`."""
 
-    def __init__(self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES) -> None:
+    def __init__(
+        self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES, first_budget: Optional[int] = None
+    ) -> None:
+        """first_budget: the smaller budget of the flat leaves of objects and arrays (a first build;
+        `cut_short` then tells whether one of them was cut by it, so that a build with the whole
+        leaf_budget might succeed where this one failed)."""
         self.comp, self.mode, self.tokens = comp, mode, comp.tokens
         self.leaf_budget = leaf_budget
+        self.first_budget = first_budget
+        self.cut_short = False
         self.shapes = Shapes(comp.refs)
         comp.level_free = self.shapes.closed  # a leaf built inside a larger failed attempt is reused
         self.rules: dict[str, list[list[str]]] = {}
@@ -249,8 +259,11 @@ class GrammarBuilder:
         if cats - {SCALAR} and holds_long_string(self, schema):
             return _NOFLAT  # rules, whose string leaves are counted
         target = self._without_type(schema)
+        budget = self.leaf_budget
+        if self.first_budget is not None and cats - {SCALAR}:
+            budget = min(budget, self.first_budget)
         try:
-            with work_budget(self.leaf_budget):
+            with work_budget(budget):
                 dfa = self.comp.compile(target, 0, self.mode)
                 if cats != CATEGORIES:
                     dfa = intersect(dfa, first_char_dfa(cats))
@@ -261,6 +274,7 @@ class GrammarBuilder:
             return self.terminal(dfa)
         except ConstraintError as exc:
             if is_budget_error(exc) or is_unique_refusal(exc):
+                self.cut_short |= budget < self.leaf_budget and is_budget_error(exc)
                 return _NOFLAT  # rules; arrays of unique items there: see unique_items
             raise
 

@@ -28,6 +28,7 @@ from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, sch
 from sgl_runtime.constrained.json_schema.drafts import check_options, to_latest
 from sgl_runtime.constrained.json_schema.dynamic_refs import static_dynamic_refs
 from sgl_runtime.constrained.json_schema.grammar_form import (
+    LEAF_FIRST_STATES,
     LEAF_WORK_STATES,
     GrammarBuilder,
     SchemaGrammar,
@@ -122,22 +123,45 @@ def schema_to_grammar(
     with work_budget(max_work_states), numbers.integral_floats(integral_floats):
         tokens = _tokens(whitespace, indent, integral_floats)
         comp = _Compiler(latest, tokens, lenient, 3, 3)
+        mode = NORMAL if key_order == "properties" else FREE_ORDER
+        leaf_budget = min(LEAF_WORK_STATES, max_work_states)
         try:
-            mode = NORMAL if key_order == "properties" else FREE_ORDER
-            builder = GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states))
             try:
-                return builder.build(latest)
+                return _build(comp, mode, leaf_budget, max_work_states, latest)
             except ConstraintError as exc:
-                if not (builder.value_tests_used and is_ambiguity_refusal(exc)):
+                if not (getattr(exc, "value_tests_used", 0) and is_ambiguity_refusal(exc)):
                     raise
                 first = exc
             # value tests the grammar could not tell apart: anyOf/oneOf over objects as object rules
             # of their own instead, where object_merge.py can say them so
-            builder = GrammarBuilder(comp, mode, min(LEAF_WORK_STATES, max_work_states))
-            builder.distribute_first = True
             try:
-                return builder.build(latest)
+                return _build(comp, mode, leaf_budget, max_work_states, latest, distribute_first=True)
             except ConstraintError:
                 raise first from None  # the first attempt's refusal names the value tests
         except RecursionError:
             raise ConstraintError("json_schema: schema nested too deeply to compile") from None
+
+
+def _build(comp, mode: int, leaf_budget: int, max_work_states: int, schema, distribute_first: bool = False):
+    """The grammar form, its objects' and arrays' flat leaves first given LEAF_FIRST_STATES (most
+    that need more are better as rules, and a doomed attempt at the whole budget costs seconds);
+    where one was cut short and the build failed, again with the whole budget (and its own total).
+    The ConstraintError raised says `value_tests_used` (the build that raised it used value tests)."""
+    builder = GrammarBuilder(comp, mode, leaf_budget, first_budget=LEAF_FIRST_STATES)
+    builder.distribute_first = distribute_first
+    try:
+        return builder.build(schema)
+    except ConstraintError as exc:
+        if not builder.cut_short:
+            exc.value_tests_used = builder.value_tests_used
+            raise
+    builder = GrammarBuilder(comp, mode, leaf_budget)
+    builder.distribute_first = distribute_first
+    from sgl_runtime.constrained.automata import work_budget
+
+    with work_budget(max_work_states):
+        try:
+            return builder.build(schema)
+        except ConstraintError as exc:
+            exc.value_tests_used = builder.value_tests_used
+            raise

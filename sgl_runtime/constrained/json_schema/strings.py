@@ -19,6 +19,8 @@ from sgl_runtime.constrained.automata import (
     EMPTY,
     Charset,
     Dfa,
+    charge,
+    charged,
     charset,
     literal,
     minimize,
@@ -87,6 +89,8 @@ def encode_content(content: Dfa, full_escapes: bool = True, minimal: bool = True
     specials = SPECIAL if full_escapes else _COMMON_SPECIAL
     if content.is_empty():
         return EMPTY
+    # the states built, charged first: a long string spelling every escape is tens of thousands (seconds)
+    charge(content.num_states * (1 + _ESCAPE_NODES[specials]))
     offset = 1
     n = content.num_states
     close = offset + n
@@ -106,6 +110,14 @@ def encode_content(content: Dfa, full_escapes: bool = True, minimal: bool = True
             _add_trie(edges, offset + s, trie)
     dfa = Dfa(tuple(tuple(e) for e in edges), frozenset({close}))
     return minimize(dfa) if minimal else dfa
+
+
+def _escape_nodes(specials: frozenset) -> int:
+    """States the escapes of `specials` add after one content state (their trie's inner nodes)."""
+    return len({escape_char(c)[:i] for c in specials for i in range(1, len(escape_char(c)))})
+
+
+_ESCAPE_NODES = {specials: _escape_nodes(specials) for specials in (SPECIAL, _COMMON_SPECIAL)}
 
 
 def _add_trie(edges: list[list], root: int, words: dict) -> None:
@@ -183,7 +195,6 @@ def _ecma_to_python(pattern: str) -> str:
     return "".join(out)
 
 
-@functools.lru_cache(maxsize=512)
 def string_dfa(
     min_length: int = 0,
     max_length: int | None = None,
@@ -191,12 +202,26 @@ def string_dfa(
     extra: tuple = (),
     full_escapes: bool = True,
 ) -> Dfa:
-    """JSON string literals with length bounds, matching every pattern and content DFA in `extra`."""
+    """JSON string literals with length bounds, matching every pattern and content DFA in `extra`.
+    Kept once built; a kept one charges the innermost work_budget what its build did, so whether
+    a schema fits its budget does not depend on what was compiled before it."""
+    before = charged()
+    dfa, cost = _string_dfa(min_length, max_length, patterns, extra, full_escapes)
+    if charged() == before:
+        charge(cost)
+    return dfa
+
+
+@functools.lru_cache(maxsize=512)
+def _string_dfa(min_length: int, max_length, patterns: tuple, extra: tuple, full_escapes: bool) -> tuple[Dfa, int]:
+    """(string_dfa, the states its build charged)."""
+    before = charged()
     parts = [length_content(min_length, max_length)] if (min_length or max_length is not None) else []
     parts += [pattern_content(p) for p in patterns]
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
-    return encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
+    dfa = encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
+    return dfa, charged() - before
 
 
 def counted_string(min_length: int, max_length: int | None, patterns: tuple = (), extra: tuple = ()) -> CountedDFA:
