@@ -58,9 +58,7 @@ from sgl_runtime.constrained.json_schema.strings import string_dfa, string_liter
 from sgl_runtime.constrained.json_schema.value_tests import ValueTestsRefused
 
 LEAF_WORK_STATES = 40_000  # automaton states one leaf's flat compile may build
-# ... on a first build, for a subschema the rules can also take (objects, arrays): a flat automaton past this
-# size is rarely worth its build, and an attempt that fails at LEAF_WORK_STATES costs seconds
-LEAF_FIRST_STATES = 4_000
+LEAF_FIRST_STATES = 4_000  # ... on a first build, where rules can take the leaf instead (objects, arrays)
 LEAF_MAX_STATES = 6_000  # byte DFA states of one leaf terminal
 LEAF_EXPANSION_STATES = 60_000  # byte states of a terminal's UTF-8 expansion, before minimisation
 MAX_SYMBOLS = 60_000  # rules plus terminals of one grammar
@@ -93,12 +91,9 @@ def is_budget_error(exc: ConstraintError) -> bool:
 class GrammarBuilder:
     """Translates one schema document, compiling leaves with the flat compiler `comp`."""
 
-    def __init__(
-        self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES, first_budget: Optional[int] = None
-    ) -> None:
-        """first_budget: the smaller budget of the flat leaves of objects and arrays (a first build;
-        `cut_short` then tells whether one of them was cut by it, so that a build with the whole
-        leaf_budget might succeed where this one failed)."""
+    def __init__(self, comp, mode: int, leaf_budget: int = LEAF_WORK_STATES, first_budget: Optional[int] = None):
+        """first_budget: see `leaf`; `cut_short` tells whether it cut a leaf short (then a build with
+        the whole leaf_budget might succeed where this one failed)."""
         self.comp, self.mode, self.tokens = comp, mode, comp.tokens
         self.leaf_budget = leaf_budget
         self.first_budget = first_budget
@@ -247,7 +242,8 @@ class GrammarBuilder:
 
     def leaf(self, schema, cats: frozenset):
         """ONE terminal for the flat automaton of `schema` restricted to `cats`; None when that is
-        empty, _NOFLAT when it is too large (the caller then builds rules)."""
+        empty, _NOFLAT when it is too large (the caller then builds rules): past `first_budget` when
+        given and `cats` holds objects or arrays, else past `leaf_budget`."""
         if schema is False:
             return None
         cats = cats & self.shapes.admits(schema)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 
+from sgl_runtime.constrained.automata import work_budget
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import numbers
 from sgl_runtime.constrained.json_schema.compiler import _Compiler, _tokens, schema_to_dfa
@@ -118,8 +119,6 @@ def schema_to_grammar(
     """The grammar form of `schema` (options as for `schema_to_fsm`, without the depth bounds)."""
     check_options(schema, integral_floats, key_order)
     latest = static_dynamic_refs(to_latest(schema))
-    from sgl_runtime.constrained.automata import work_budget
-
     with work_budget(max_work_states), numbers.integral_floats(integral_floats):
         tokens = _tokens(whitespace, indent, integral_floats)
         comp = _Compiler(latest, tokens, lenient, 3, 3)
@@ -129,7 +128,7 @@ def schema_to_grammar(
             try:
                 return _build(comp, mode, leaf_budget, max_work_states, latest)
             except ConstraintError as exc:
-                if not (getattr(exc, "value_tests_used", 0) and is_ambiguity_refusal(exc)):
+                if not (exc.value_tests_used and is_ambiguity_refusal(exc)):
                     raise
                 first = exc
             # value tests the grammar could not tell apart: anyOf/oneOf over objects as object rules
@@ -157,8 +156,6 @@ def _build(comp, mode: int, leaf_budget: int, max_work_states: int, schema, dist
             raise
     builder = GrammarBuilder(comp, mode, leaf_budget)
     builder.distribute_first = distribute_first
-    from sgl_runtime.constrained.automata import work_budget
-
     with work_budget(max_work_states):
         try:
             return builder.build(schema)
