@@ -10,6 +10,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
+from sgl_runtime.constrained import automata_memo
 from sgl_runtime.constrained.automata import charged, work_budget
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.json_schema import grammar_form, language, strings
@@ -55,7 +56,7 @@ def test_a_long_string_in_an_exact_context_is_counted_not_spelled(monkeypatch):
 
 
 def test_a_kept_string_automaton_charges_what_its_build_did():
-    strings._string_dfa.cache_clear()
+    automata_memo.clear()
     spent = []
     for _ in range(2):
         with work_budget(10**9):
@@ -66,7 +67,7 @@ def test_a_kept_string_automaton_charges_what_its_build_did():
 
 
 def test_a_charge_past_the_budget_refuses_before_building():
-    strings._string_dfa.cache_clear()
+    automata_memo.clear()
     with work_budget(5_000), pytest.raises(ConstraintError, match="automaton states in total"):
         strings.string_dfa(0, 10_000, (), (), True)
 

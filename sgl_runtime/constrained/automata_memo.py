@@ -1,5 +1,5 @@
 """A bounded, process-wide memo of the pure automaton operations (union, intersect, concat,
-difference, exactly_one).
+difference, exactly_one) and of the JSON string automata (strings.string_dfa).
 
 A schema compile repeats many of them on equal operands: a leaf restricted to the same value
 categories, the boolean `true|false`, the `,"key":` of a property name met in several objects;

@@ -20,12 +20,12 @@ from sgl_runtime.constrained.automata import (
     Charset,
     Dfa,
     charge,
-    charged,
     charset,
     literal,
     minimize,
     to_interegular,
 )
+from sgl_runtime.constrained.automata_memo import memoized
 from sgl_runtime.constrained.automata_ops import intersect, union
 from sgl_runtime.constrained.byte_dfa import utf8_table
 from sgl_runtime.constrained.counted import CountedDFA
@@ -195,6 +195,7 @@ def _ecma_to_python(pattern: str) -> str:
     return "".join(out)
 
 
+@memoized
 def string_dfa(
     min_length: int = 0,
     max_length: int | None = None,
@@ -202,26 +203,13 @@ def string_dfa(
     extra: tuple = (),
     full_escapes: bool = True,
 ) -> Dfa:
-    """JSON string literals with length bounds, matching every pattern and content DFA in `extra`.
-    Kept once built; a kept one charges the innermost work_budget what its build did, so whether
-    a schema fits its budget does not depend on what was compiled before it."""
-    before = charged()
-    dfa, cost = _string_dfa(min_length, max_length, patterns, extra, full_escapes)
-    if charged() == before:
-        charge(cost)
-    return dfa
-
-
-@functools.lru_cache(maxsize=512)
-def _string_dfa(min_length: int, max_length, patterns: tuple, extra: tuple, full_escapes: bool) -> tuple[Dfa, int]:
-    """(string_dfa, the states its build charged)."""
-    before = charged()
+    """JSON string literals with length bounds, matching every pattern and content DFA in `extra`
+    (kept by automata_memo, which charges a kept one what its build did)."""
     parts = [length_content(min_length, max_length)] if (min_length or max_length is not None) else []
     parts += [pattern_content(p) for p in patterns]
     parts += list(extra)
     content = intersect(*parts) if parts else any_content()
-    dfa = encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
-    return dfa, charged() - before
+    return encode_content(content, full_escapes or not parts or content.num_states <= FULL_ESCAPES_UP_TO)
 
 
 def counted_string(min_length: int, max_length: int | None, patterns: tuple = (), extra: tuple = ()) -> CountedDFA:
