@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from sgl_runtime.constrained.automata import work_budget
@@ -146,19 +147,14 @@ def _build(comp, mode: int, leaf_budget: int, max_work_states: int, schema, dist
     that need more are better as rules, and a doomed attempt at the whole budget costs seconds);
     where one was cut short and the build failed, again with the whole budget (and its own total).
     The ConstraintError raised says `value_tests_used` (the build that raised it used value tests)."""
-    builder = GrammarBuilder(comp, mode, leaf_budget, first_budget=LEAF_FIRST_STATES)
-    builder.distribute_first = distribute_first
-    try:
-        return builder.build(schema)
-    except ConstraintError as exc:
-        if not builder.cut_short:
-            exc.value_tests_used = builder.value_tests_used
-            raise
-    builder = GrammarBuilder(comp, mode, leaf_budget)
-    builder.distribute_first = distribute_first
-    with work_budget(max_work_states):
-        try:
-            return builder.build(schema)
-        except ConstraintError as exc:
-            exc.value_tests_used = builder.value_tests_used
-            raise
+    for first_budget in (LEAF_FIRST_STATES, None):
+        builder = GrammarBuilder(comp, mode, leaf_budget, first_budget)
+        builder.distribute_first = distribute_first
+        with work_budget(max_work_states) if first_budget is None else contextlib.nullcontext():
+            try:
+                return builder.build(schema)
+            except ConstraintError as exc:
+                exc.value_tests_used = builder.value_tests_used
+                if first_budget is None or not builder.cut_short:
+                    raise
+    raise AssertionError("unreachable: the second build returns or raises")
