@@ -111,9 +111,10 @@ def _same_for(slot: CountedSlot, q: int, r: int, depth: int, alphabet) -> bool:
 
 
 def test_representative_counts_behave_like_theirs_for_horizon_bytes():
-    """CountedSlot.representative's contract on random counted automata (odd periods, counts whose
-    phase the automaton state does not carry, bounds close together): the next `horizon` bytes from a
-    state and from its representative meet the same labels and deaths."""
+    """CountedSlot.fold's contract on random counted automata (odd periods, counts whose phase the
+    automaton state does not carry, bounds close together): the next `horizon` bytes from a state
+    and from the one it folds to meet the same labels and deaths, and the shift it gives unfolds
+    back to the state."""
     rng = np.random.default_rng(1)
     merged = periodic = 0
     for trial in range(60):
@@ -150,8 +151,9 @@ def test_representative_counts_behave_like_theirs_for_horizon_bytes():
         seen, todo = {slot.initial}, [slot.initial]
         while todo:
             q = todo.pop()
-            rep = slot.representative(q, horizon)
+            rep, shift = slot.fold(q, 0, horizon)
             merged += rep != q
+            assert slot.fold(rep, shift, None) == (q, 0)
             assert _same_for(slot, q, rep, horizon, range(3)), (trial, slot._keys[q], slot._keys[rep])
             for byte in range(3):
                 t = slot.trans[q][byte]
@@ -436,7 +438,7 @@ def test_unique_arrays_of_long_strings_use_counted_item_terminals():
 def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(monkeypatch):
     """Two shortcuts of the mask walk inside long strings, checked against walking every Qwen2.5
     token from the exact state: one count standing for the counts no token can tell apart
-    (LexerContext.representative: past minLength, and below it), near maxLength the mask of a
+    (LexerContext.fold: past minLength, and below it), near maxLength the mask of a
     count far from it less the tokens too long for what is left (LexerContext.cut), and one token
     per byte-class sequence (token_classes.py)."""
     from sgl_runtime.constrained.compiler import compile_constraint
@@ -481,7 +483,10 @@ def test_shared_walks_inside_long_strings_give_the_masks_of_walking_every_token(
     assert any(isinstance(c, TokenClasses) for c in constraint.masks._classes.values())
     assert constraint.masks._needs  # some masks near maxLength were cut from the mask far from it
     monkeypatch.setattr(walk, "MAX_GROUPED_CLASSES", 0)
-    monkeypatch.setattr(lexer.LexerContext, "representative", lambda self, state, horizon: state)
+    exact_fold = lexer.LexerContext.fold
+    monkeypatch.setattr(
+        lexer.LexerContext, "fold", lambda self, state, shift, horizon: exact_fold(self, state, shift, None)
+    )
     monkeypatch.setattr(lexer.LexerContext, "cut", lambda self, state: None)
     exact, _ = masks()
     assert len(shared) == len(exact) > 60

@@ -10,7 +10,8 @@ any bound, e.g. maxLength 2**31, without building one state per count.
 
 `CountedSlot(dfa, token_type)` is a lexer slot over it (grammar/lexer.py): its states are
 (automaton state, count) pairs numbered as they are first reached, and only those from which a
-count in [lo, hi] is still reachable exist, so every state is live.
+count in [lo, hi] is still reachable exist, so every state is live; `fold` keeps the states a long
+string is read through few (a count outside them is carried beside the state: GrammarState.shift).
 """
 
 from __future__ import annotations
@@ -252,9 +253,11 @@ class CountedSlot:
             self._classes = byte_classes(np.concatenate([self.dfa.table, self.dfa.counted.astype(np.int32)]))[1]
         return self._classes
 
-    def representative(self, q: int, horizon: int) -> int:
-        """A state that every path of at most `horizon` bytes from `q` follows alike (same events,
-        same liveness), so the masks of most positions of a long string are one mask:
+    def fold(self, q: int, shift: int, horizon: Optional[int]) -> tuple[int, int]:
+        """(q', shift') for the position at `q`'s automaton state and its count plus `shift`: q' at a
+        count that every path of at most `horizon` bytes follows alike (same events, same liveness),
+        shift' the true count less q''s, so a long string is read through few states and most of its
+        positions mask alike (None: the exact position, shift' 0):
         - past lo, (state, lo) for a count whose slack below hi covers `horizon` counted characters
           plus the longest completion, or every path from the state (most_to_accept: a pattern of
           bounded length, such as a UUID under a maxLength of 47, never meets hi);
@@ -263,20 +266,25 @@ class CountedSlot:
           it only through the cycle of the levels (CountedDFA.first_level), e.g. a minLength of
           1,000 is one mask until the last `horizon` characters before it."""
         state, count = self._keys[q]
+        count += shift
+        rep = count if horizon is None else self._representative_count(state, count, horizon)
+        return self._intern(state, rep), count - rep
+
+    def _representative_count(self, state: int, count: int, horizon: int) -> int:
         d = self.dfa
         if count < d.lo:
             if d.period is None:
-                return q
+                return count
             start, size = d.period
             if count + horizon + max(start, 1) > d.lo or count < size:
-                return q
-            return self._intern(state, count % size)
+                return count
+            return count % size
         if d.hi is None or count == d.lo:
-            return q
+            return count
         most = d.most_to_accept(state)
         if count + horizon + d.longest_completion() > d.hi and (most is None or count + most > d.hi):
-            return q
-        return self._intern(state, d.lo)
+            return count
+        return d.lo
 
     def cut(self, q: int) -> Optional[tuple]:
         """(base, state, slack) when `q` is (state, count) past lo with an upper bound whose paths

@@ -2,7 +2,8 @@
 
 A `GrammarState` is (parser stack, count of consecutive ignored tokens, product-lexer state
 of the token being read, `tail`: the bytes read after the current winner's last accepting
-position, which are lexed again if the token closes there), and for arrays whose items must
+position, which are lexed again if the token closes there; inside a long string, `shift`, how
+many characters more than `lex` holds it has: its states are folded every FOLD_BYTES bytes), and for arrays whose items must
 be unique (`unique_rules`) the items each open one has had. `feed` consumes bytes exactly as
 lark's contextual lexer + LALR parser would; `viable` says whether some continuation makes
 the whole text a sentence; `at_eof` whether the text may end here.
@@ -35,6 +36,8 @@ from sgl_runtime.constrained.grammar.slots import build_slot, terminal_dfa
 
 __all__ = ["CLOSE", "ITEM", "OPEN", "OPEN_VALUES", "Forks", "GrammarEngine", "GrammarState"]
 
+FOLD_BYTES = 256  # bytes read between two folds of a long string's count (LexerContext.fold)
+
 
 @dataclass(frozen=True)
 class GrammarState:
@@ -44,6 +47,7 @@ class GrammarState:
     tail: bytes
     token: bytes = b""  # the current token's bytes, kept while a tracked array is open
     frames: tuple = ()  # per open tracked array, outermost first (grammar/frames.py)
+    shift: int = 0  # inside a long string, its count less the one `lex` holds (LexerContext.fold)
 
     def bare(self) -> "GrammarState":
         """This state without its unique-array bookkeeping (`token`, `frames`), which the lexer
@@ -205,12 +209,16 @@ class GrammarEngine:
         """`feed`; where a token closes more than one way, the states of each way are added to
         `forks` (None: a ConstraintError) and None is returned."""
         stack, ignored, x, tail = state.stack, state.ignored, state.lex, state.tail
-        token, frames = state.token, state.frames
+        token, frames, shift = state.token, state.frames, state.shift
         ctx = self.context(stack)
         rows, classes = ctx.rows, ctx.class_list
         track = bool(frames) or stack[-1] in self._opening  # keep the token's text for its item
         buf, i = data, 0
+        fold_at = 0 if self.has_counted else -1  # where a long string's count is folded next
         while i < len(buf):
+            if i == fold_at:  # the states of a long string stay few, however long it is
+                x, shift = ctx.fold(x, shift, min(len(buf) - i, FOLD_BYTES))
+                fold_at = i + FOLD_BYTES
             row = rows[x] or ctx.build_row(x)  # (events, next states, closed types) per byte class
             c = classes[buf[i]]
             code = row[0][c]
@@ -233,11 +241,12 @@ class GrammarEngine:
                 ctx = self.context(stack)
                 rows, classes = ctx.rows, ctx.class_list
                 track = bool(frames) or stack[-1] in self._opening
-                x = ctx.initial
+                x, shift = ctx.initial, 0
                 if code == CLOSE_BEFORE:
                     buf, i = tail + buf[i:], 0
                 else:
                     i += 1
+                fold_at = i + FOLD_BYTES if self.has_counted else -1
                 tail = token = b""
                 continue
             y = row[1][c]
@@ -246,7 +255,7 @@ class GrammarEngine:
                 token += buf[i : i + 1]
             x = y
             i += 1
-        return GrammarState(stack, ignored, x, tail, token, frames)
+        return GrammarState(stack, ignored, x, tail, token, frames, shift)
 
     def _fork(self, ways: list, rest: bytes, forks: Optional[list]) -> None:
         """Feed `rest` from each way a token closed (stack, ignored count, frames) into `forks`."""

@@ -51,8 +51,8 @@ class LexerContext:
         self.winner_of: list[int] = []  # per state: the winning slot so far (-1: none), as `winner`
         self._possible: dict[int, int] = {}
         self._few: dict[int, "bytes | None"] = {}  # few_live_bytes per state
-        self._counted = any(hasattr(s, "representative") for s in slots)  # counted slots (long strings)
-        self._representatives: dict = {}
+        self._counted = any(hasattr(s, "fold") for s in slots)  # counted slots (long strings)
+        self._lone: dict[int, int] = {}  # per state: its lone alive slot where that is counted, else -1
         self._grow(64)
         self.initial = self._intern((*[s.initial for s in slots], -1, -1, 0, 1))
         if not self._counted:
@@ -87,26 +87,23 @@ class LexerContext:
             bits = self._possible[state] = self._compute_possible(state)
         return bits
 
-    def representative(self, state: int, horizon: int) -> int:
-        """A state whose next `horizon` bytes behave exactly as `state`'s (itself, or for a lone
-        counted slot inside a long string the same position at a canonical count)."""
+    def fold(self, state: int, shift: int, horizon: Optional[int]) -> tuple[int, int]:
+        """(state', shift') for `state` whose lone counted slot (a long string) has counted `shift`
+        more than `state` says: state' at a count whose next `horizon` bytes behave exactly as the
+        true count's (CountedSlot.fold; None: the true count), and the true count less state''s.
+        Elsewhere, and once something has matched (the bytes after it may be lexed again from
+        there), the exact state and 0."""
         if not self._counted:
-            return state
-        found = self._representatives.get((state, horizon))
-        if found is None:
-            found = self._representatives[(state, horizon)] = self._representative(state, horizon)
-        return found
-
-    def _representative(self, state: int, horizon: int) -> int:
+            return state, 0
+        i = self._lone.get(state)
+        if i is None:
+            alive = self.alive_slots(state)
+            i = self._lone[state] = alive[0] if len(alive) == 1 and hasattr(self.slots[alive[0]], "fold") else -1
+        if i < 0:
+            return state, 0  # the count went with its slot (a slot never comes back to life)
         key = self._keys[state]
-        if key[self.n] >= 0:
-            return state  # a winner: the bytes after it may be lexed again
-        alive = [i for i, q in enumerate(key[: self.n]) if q >= 0]
-        if len(alive) != 1 or not hasattr(self.slots[alive[0]], "representative"):
-            return state
-        i = alive[0]
-        q = self.slots[i].representative(key[i], horizon)
-        return state if q == key[i] else self._intern((*key[:i], q, *key[i + 1 :]))
+        q, shift = self.slots[i].fold(key[i], shift, None if key[self.n] >= 0 else horizon)
+        return (state if q == key[i] else self._intern((*key[:i], q, *key[i + 1 :]))), shift
 
     def cut(self, state: int) -> tuple | None:
         """(base, slot, slot's automaton state, slack) where a lone counted slot's count is past

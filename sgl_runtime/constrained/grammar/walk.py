@@ -215,14 +215,15 @@ class MaskBuilder:
         self._needs: OrderedDict = OrderedDict()  # (id(slot), automaton state) -> uint16 [vocab] (CountedSlot.needs)
 
     def canonical(self, state: GrammarState) -> GrammarState:
-        """A state with the same mask: inside a long string, one count stands for all the counts
-        that no token can tell apart (LexerContext.representative)."""
-        if state.tail or not self.engine.has_counted:
+        """A state with the same mask, its `shift` folded in: inside a long string, one count
+        stands for all the counts that no token can tell apart (LexerContext.fold)."""
+        if not self.engine.has_counted:
             return state
-        lex = self.engine.context(state.stack).representative(state.lex, self._horizon)
-        return (
-            state if lex == state.lex else GrammarState(state.stack, state.ignored, lex, b"", state.token, state.frames)
-        )
+        ctx = self.engine.context(state.stack)
+        lex, _ = ctx.fold(state.lex, state.shift, None if state.tail else self._horizon)
+        if lex == state.lex and not state.shift:
+            return state
+        return GrammarState(state.stack, state.ignored, lex, state.tail, state.token, state.frames)
 
     def mask(self, state: GrammarState) -> np.ndarray:
         """Packed int32 [num_words]: bit i set iff token i keeps the text viable."""
