@@ -332,10 +332,11 @@ def test_schema_pattern_with_property_escape_is_exact():
         assert dfa.accepts(json.dumps(text, ensure_ascii=False)) == ok, text
 
 
+@pytest.mark.parametrize("unrolled_states", [50_000, 0], ids=["unrolled", "from-the-right"])
 @pytest.mark.parametrize(
     "pattern",
     [
-        r"x((.|-+)?[ab]){0,12}y",  # a variable-width body: built as one automaton, from the right
+        r"x((.|-+)?[ab]){0,12}y",  # a variable-width body: unrolled, or built as one automaton from the right
         r"(?:[ab]+_?){2,14}",
         r"(?:a|bb){3,12}b?",
         r"(?:ab|a){0,9}",
@@ -343,8 +344,15 @@ def test_schema_pattern_with_property_escape_is_exact():
         r"(?:[ab]{2}){0,10}",  # fixed width: unrolled
     ],
 )
-def test_long_optional_repeats_agree_with_re(pattern):
+def test_long_optional_repeats_agree_with_re(monkeypatch, pattern, unrolled_states):
+    from sgl_runtime.constrained import automata_memo, regex_nfa
+
+    monkeypatch.setattr(regex_nfa, "UNROLLED_STATES", unrolled_states)
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
     dfa = regex_to_dfa(pattern)
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
     oracle = re.compile(pattern, re.ASCII)
     rng = __import__("random").Random(pattern)
     texts = TEXTS + ["".join(rng.choice("ab_- xy") for _ in range(rng.randrange(40))) for _ in range(600)]
@@ -357,8 +365,8 @@ def test_long_optional_repeats_agree_with_re(pattern):
     assert accepted > 5
 
 
-def test_long_optional_repeats_of_variable_width_bodies_are_built_from_the_right(monkeypatch):
-    from sgl_runtime.constrained import automata_ops, regex_nfa
+def test_only_large_optional_repeats_of_variable_width_bodies_are_built_from_the_right(monkeypatch):
+    from sgl_runtime.constrained import automata_memo, automata_ops, regex_nfa
 
     built = []
 
@@ -367,10 +375,57 @@ def test_long_optional_repeats_of_variable_width_bodies_are_built_from_the_right
         return automata_ops.up_to(dfa, n)
 
     monkeypatch.setattr(regex_nfa, "up_to", counting)
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
+    regex_to_dfa(r"z((.|-+)?[ab]){0,40}z")  # small: unrolled
+    assert built == []
+    monkeypatch.setattr(regex_nfa, "UNROLLED_STATES", 0)
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
     regex_to_dfa(r"z((.|-+)?[ab]){0,40}z")
     regex_to_dfa(r"z(?:[ab]{2}){0,40}z")  # fixed width: unrolled
     regex_to_dfa(r"z(?:a\b|b ){0,40}z")  # an assertion in the body: unrolled
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
     assert built == [40]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"(a|b)*a[ab]{1,9}",  # a counted class after a varying prefix: a copy could start at every `a`
+        r"([ab/]+/){1,30}[ab]{1,8}",
+        r"(?:a|ba){0,8}[ab]{2,9}",
+        r"([ab]{2}|a){0,9}b{1,4}",
+        r"((ab){0,4}|b)*a{1,7}",
+        r"(a*b/?){2,40}",
+    ],
+)
+def test_later_copies_of_a_repeat_are_dropped_exactly(pattern):
+    """automata_ops.undominated: a subset keeps, per position of a repeat's body, only its earliest
+    optional copy; every string of up to 11 characters of the pattern's alphabet gets re's verdict."""
+    dfa = regex_to_dfa(pattern)
+    oracle = re.compile(pattern)
+    for n in range(12):
+        for chars in itertools.product("ab/" if "/" in pattern else "ab", repeat=n):
+            text = "".join(chars)
+            assert dfa.accepts(text) == (oracle.fullmatch(text) is not None), (pattern, text)
+
+
+def test_a_counted_class_after_a_varying_prefix_compiles_small():
+    """An AWS role ARN pattern: its subset construction made one subset per set of copies of
+    `[...]{1,64}` alive at once (over 200,000, refused); with later copies dropped it is small."""
+    from sgl_runtime.constrained.json_schema.compiler import schema_to_dfa
+
+    arn = r"arn:(aws|aws-cn|aws-iso|aws-iso-[a-z]{1}|aws-us-gov):iam::[0-9]{12}:role\/(([!-\~]+/){1,511})?[A-Za-z0-9+=,.@_/-]{1,64}\Z"
+    dfa = regex_to_dfa(arn, search=True)
+    assert dfa.num_states < 500
+    schema = {"type": "string", "pattern": arn}
+    validator = __import__("jsonschema").Draft202012Validator(schema)
+    language = schema_to_dfa(schema)
+    for role in ["a", "a/b/c", "path/to/" + "x" * 64, "path/to/" + "x" * 65, "p/" * 300 + "r", "bad path/r", "r/"]:
+        value = "arn:aws:iam::123456789012:role/" + role
+        assert language.accepts(json.dumps(value)) == validator.is_valid(value), role
 
 
 def _same_language(a, b) -> bool:

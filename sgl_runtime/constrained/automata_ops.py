@@ -26,6 +26,7 @@ class Nfa:
         self.edges: list[list] = []
         self.eps: list[list[int]] = []
         self.finals: set[int] = set()
+        self.copies: dict = {}  # state -> [(repeat, offset, copy)]: see undominated
 
     def add_state(self) -> int:
         self.edges.append([])
@@ -76,8 +77,12 @@ class Nfa:
 
         universal = self._universal(moves, len(part.classes), closure)
         everything = None  # the one subset standing for all subsets that accept every continuation
+        copies = self.copies
 
-        first = closure(frozenset({start}))
+        def subset(states: frozenset) -> frozenset:  # the closure less its dominated states: same language
+            return undominated(closure(states), copies) if copies else closure(states)
+
+        first = subset(frozenset({start}))
         if universal and not first.isdisjoint(universal):
             everything = first
         index = {first: 0}
@@ -105,7 +110,7 @@ class Nfa:
                     by_targets[frozenset(targets)].append(c)
                 groups = [(cids, targets) for targets, cids in by_targets.items()]
             for cids, targets in groups:
-                key = closure(frozenset(targets))
+                key = subset(frozenset(targets))
                 if universal and not key.isdisjoint(universal):
                     everything = key = everything or key
                 j = index.get(key)
@@ -147,6 +152,31 @@ class Nfa:
                     found.discard(q)
                     changed = True
         return frozenset(found)
+
+
+def undominated(states: frozenset, copies: dict, tagged: bool = False) -> frozenset:
+    """`states` less those another state of it dominates: `copies` maps the states of the optional
+    copies of an unrolled bounded repeat X{m,n} to (repeat, offset in the copy, copy number), and
+    copy k's state at an offset accepts every continuation that a later copy's state at the same
+    offset accepts (the same rest of X, then fewer copies left), so the subset's language is the
+    same without the later one. Without this, a counted class after a varying prefix (`.*/[a-z]{1,64}`)
+    makes a subset for every set of copies alive at once. `tagged`: the items are (state, obligations)
+    and only items with equal obligations dominate each other (regex_automaton's guards)."""
+    best: dict = {}
+    for item in states:
+        q, tag = item if tagged else (item, None)
+        for repeat, offset, copy in copies.get(q, ()):
+            key = (repeat, offset, tag)
+            if best.get(key, copy + 1) > copy:
+                best[key] = copy
+    if not best:
+        return states
+    out = []
+    for item in states:
+        q, tag = item if tagged else (item, None)
+        if all(best[(repeat, offset, tag)] == copy for repeat, offset, copy in copies.get(q, ())):
+            out.append(item)
+    return states if len(out) == len(states) else frozenset(out)
 
 
 @memoized

@@ -31,7 +31,7 @@ from sgl_runtime.constrained.automata import (
     _minimize,
     _Partition,
 )
-from sgl_runtime.constrained.automata_ops import Nfa
+from sgl_runtime.constrained.automata_ops import Nfa, undominated
 from sgl_runtime.constrained.errors import ConstraintError
 from sgl_runtime.constrained.regex_nfa import RegexNfa
 from sgl_runtime.constrained.regex_properties import expand_properties
@@ -231,7 +231,7 @@ def _determinize(nfa: RegexNfa, start: int, end: int) -> Dfa:
                 if config not in seen:
                     seen.add(config)
                     stack.append(config)
-        return frozenset(seen)
+        return undominated(frozenset(seen), nfa.copies, tagged=True) if nfa.copies else frozenset(seen)
 
     def accepting(configs: frozenset) -> bool:
         return any(q == end and all(st in suffixes[s].finals for s, st in pending) for q, pending in configs)
@@ -276,7 +276,7 @@ def _determinize_plain(nfa: RegexNfa, start: int, end: int) -> Dfa:
     """The subset construction of an NFA without guards (most patterns; `_determinize` tracks guard
     obligations): the plain epsilon-NFA construction of automata_ops."""
     plain = Nfa()
-    plain.edges, plain.eps, plain.finals = nfa.edges, nfa.eps, {end}
+    plain.edges, plain.eps, plain.finals, plain.copies = nfa.edges, nfa.eps, {end}, nfa.copies
     return plain.determinize(start)
 
 

@@ -34,7 +34,8 @@ from sgl_runtime.constrained.regex_charsets import (
 )
 
 MAX_NFA_STATES = 100_000
-BUILT_REPEAT_FROM = 8  # optional repeats of a variable-width body from this count are built as one Dfa
+BUILT_REPEAT_FROM = 8  # optional repeats from this count: unrolled up to UNROLLED_STATES, else one Dfa
+UNROLLED_STATES = 50_000  # a variable-width body's automaton states times its optional count
 ANY_STRING = Dfa((((ANY_CHAR, 0),),), frozenset({0}))
 
 
@@ -85,6 +86,7 @@ class RegexNfa:
         self.edges: list[list[tuple[Charset, int]]] = []
         self.eps: list[list[int]] = []
         self.guarded: list[list[tuple[Guard, int]]] = []
+        self.copies: dict[int, list] = {}  # the optional copies of unrolled repeats (automata_ops.undominated)
         self._subautomaton = subautomaton  # assertion-free nodes -> their exact Dfa
 
     @property
@@ -166,23 +168,31 @@ class RegexNfa:
             self.eps[end].append(s)
             return start, e
         out = self.add_state()
+        copies = []  # (first state, size) of each optional copy
         for _ in range(hi - lo):
             self.eps[end].append(out)
+            base = len(self.edges)
             s, e = self.build(body, flags)
+            copies.append((base, len(self.edges) - base))
             self.eps[end].append(s)
             end = e
         self.eps[end].append(out)
+        if len(copies) > 1 and len({size for _, size in copies}) == 1:  # alike, as built from one body
+            for k, (base, size) in enumerate(copies):
+                for offset in range(size):
+                    self.copies.setdefault(base + offset, []).append((out, offset, k))
         return start, out
 
     def _optional_repeats(self, body: list, count: int, flags: int) -> Dfa | None:
-        """`body` repeated 0..count times as one Dfa when its strings differ in length (unrolled,
-        every iteration count would be a copy alive at once in the subset construction); None
-        for a fixed-width body or one with assertions (unrolled, as guards)."""
+        """`body` repeated 0..count times as one Dfa (automata_ops.up_to) when unrolling it would
+        make a large NFA; None (unrolled) for a fixed-width body, one with assertions (as guards)
+        or a smaller one: the subset construction keeps one copy per position of the body alive
+        (automata_ops.undominated), which is faster than up_to's count of determinizations."""
         try:
             dfa = self._subautomaton(body, flags)
         except ConstraintError:
             return None
-        return None if _fixed_width(dfa) else up_to(dfa, count)
+        return None if _fixed_width(dfa) or dfa.num_states * count <= UNROLLED_STATES else up_to(dfa, count)
 
     def _embed(self, dfa: Dfa) -> tuple[int, int]:
         base = len(self.edges)
