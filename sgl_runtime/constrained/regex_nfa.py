@@ -35,7 +35,7 @@ from sgl_runtime.constrained.regex_charsets import (
 
 MAX_NFA_STATES = 100_000
 BUILT_REPEAT_FROM = 8  # optional repeats from this count: unrolled up to UNROLLED_STATES, else one Dfa
-UNROLLED_STATES = 50_000  # a variable-width body's automaton states times its optional count
+UNROLLED_STATES = MAX_NFA_STATES // 2  # NFA states of a variable-width body times its optional count, unrolled
 ANY_STRING = Dfa((((ANY_CHAR, 0),),), frozenset({0}))
 
 
@@ -192,7 +192,11 @@ class RegexNfa:
             dfa = self._subautomaton(body, flags)
         except ConstraintError:
             return None
-        return None if _fixed_width(dfa) or dfa.num_states * count <= UNROLLED_STATES else up_to(dfa, count)
+        if _fixed_width(dfa):
+            return None
+        copy = RegexNfa(self._subautomaton)
+        copy.build(body, flags)  # one copy, to size the unrolled NFA
+        return None if len(copy.edges) * count <= UNROLLED_STATES else up_to(dfa, count)
 
     def _embed(self, dfa: Dfa) -> tuple[int, int]:
         base = len(self.edges)
