@@ -77,10 +77,15 @@ class Nfa:
 
         universal = self._universal(moves, len(part.classes), closure)
         everything = None  # the one subset standing for all subsets that accept every continuation
-        copies = self.copies
+        copies, pruned = self.copies, {}
 
         def subset(states: frozenset) -> frozenset:  # the closure less its dominated states: same language
-            return undominated(closure(states), copies) if copies else closure(states)
+            if not copies:
+                return closure(states)
+            got = pruned.get(states)
+            if got is None:
+                got = pruned[states] = undominated(closure(states), copies)
+            return got
 
         first = subset(frozenset({start}))
         if universal and not first.isdisjoint(universal):
