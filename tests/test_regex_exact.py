@@ -332,6 +332,14 @@ def test_schema_pattern_with_property_escape_is_exact():
         assert dfa.accepts(json.dumps(text, ensure_ascii=False)) == ok, text
 
 
+def _forget_compiled() -> None:
+    """Drop the kept automata, so the next compile runs under the settings a test patched."""
+    from sgl_runtime.constrained import automata_memo
+
+    automata_memo.clear()
+    regex_to_dfa.cache_clear()
+
+
 @pytest.mark.parametrize("unrolled_states", [50_000, 0], ids=["unrolled", "from-the-right"])
 @pytest.mark.parametrize(
     "pattern",
@@ -345,14 +353,12 @@ def test_schema_pattern_with_property_escape_is_exact():
     ],
 )
 def test_long_optional_repeats_agree_with_re(monkeypatch, pattern, unrolled_states):
-    from sgl_runtime.constrained import automata_memo, regex_nfa
+    from sgl_runtime.constrained import regex_nfa
 
     monkeypatch.setattr(regex_nfa, "UNROLLED_STATES", unrolled_states)
-    automata_memo.clear()
-    regex_to_dfa.cache_clear()
+    _forget_compiled()
     dfa = regex_to_dfa(pattern)
-    automata_memo.clear()
-    regex_to_dfa.cache_clear()
+    _forget_compiled()
     oracle = re.compile(pattern, re.ASCII)
     rng = __import__("random").Random(pattern)
     texts = TEXTS + ["".join(rng.choice("ab_- xy") for _ in range(rng.randrange(40))) for _ in range(600)]
@@ -366,7 +372,7 @@ def test_long_optional_repeats_agree_with_re(monkeypatch, pattern, unrolled_stat
 
 
 def test_only_large_optional_repeats_of_variable_width_bodies_are_built_from_the_right(monkeypatch):
-    from sgl_runtime.constrained import automata_memo, automata_ops, regex_nfa
+    from sgl_runtime.constrained import automata_ops, regex_nfa
 
     built = []
 
@@ -375,18 +381,15 @@ def test_only_large_optional_repeats_of_variable_width_bodies_are_built_from_the
         return automata_ops.up_to(dfa, n)
 
     monkeypatch.setattr(regex_nfa, "up_to", counting)
-    automata_memo.clear()
-    regex_to_dfa.cache_clear()
+    _forget_compiled()
     regex_to_dfa(r"z((.|-+)?[ab]){0,40}z")  # small: unrolled
     assert built == []
     monkeypatch.setattr(regex_nfa, "UNROLLED_STATES", 0)
-    automata_memo.clear()
-    regex_to_dfa.cache_clear()
+    _forget_compiled()
     regex_to_dfa(r"z((.|-+)?[ab]){0,40}z")
     regex_to_dfa(r"z(?:[ab]{2}){0,40}z")  # fixed width: unrolled
     regex_to_dfa(r"z(?:a\b|b ){0,40}z")  # an assertion in the body: unrolled
-    automata_memo.clear()
-    regex_to_dfa.cache_clear()
+    _forget_compiled()
     assert built == [40]
 
 

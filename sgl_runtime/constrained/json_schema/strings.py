@@ -98,8 +98,7 @@ def encode_content(content: Dfa, full_escapes: bool = True, minimal: bool = True
     for s, out in enumerate(content.edges):
         trie: dict = {}
         for cs, t in out:
-            # a class holding no special character (most of them: \p{L}, 140,000 characters) is not copied
-            raw = cs if not cs.negated and cs.chars.isdisjoint(_SPECIAL_CS.chars) else cs - _SPECIAL_CS
+            raw = cs - _SPECIAL_CS
             if not raw.is_empty():
                 edges[offset + s].append((raw, offset + t))
             for c in specials:
